@@ -1,0 +1,54 @@
+# damselfly build and test entry points. `make test` is what CI runs (via
+# .ci/run): it installs the system packages the tests use when they are
+# missing, then runs every test, FUSE and multi-process ones included, with
+# skips turned into failures.
+
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+SYSTEM_PACKAGES := umoci skopeo docker-registry fuse3
+FUZZTIME ?= 10s
+
+.PHONY: build test deps vet unit fuzz fuzz-short bench-convert clean
+
+build:
+	$(GO) build -o bin/damselfly ./cmd/damselfly
+
+deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+# Every test; DAMSELFLY_TEST_DISALLOW_SKIP makes a test that would skip for a
+# missing tool, root or /dev/fuse fail instead.
+test: deps vet
+	DAMSELFLY_TEST_DISALLOW_SKIP=1 $(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) fuzz-short
+
+# A few seconds of each fuzz target over its committed seed corpus.
+fuzz-short:
+	@$(GO) list -f '{{.ImportPath}} {{.Dir}}' ./... | while read pkg dir; do \
+		for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
+			echo "fuzz $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 5s $$pkg || exit 1; \
+		done; \
+	done
+
+fuzz:
+	@$(GO) list -f '{{.ImportPath}} {{.Dir}}' ./... | while read pkg dir; do \
+		for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
+bench-convert:
+	$(GO) run ./integration/bench/convert
+
+clean:
+	rm -rf bin
