@@ -1,0 +1,415 @@
+package rafs
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sort"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sync/errgroup"
+)
+
+// LayerSource is one source layer, bottom first.
+type LayerSource struct {
+	// Name identifies the layer in errors (its digest, say).
+	Name string
+	// Open returns the layer's uncompressed tar stream. Close must report
+	// any integrity failure of the stream (a digest mismatch found at its
+	// end); Build reads the stream to EOF before closing it.
+	Open func(ctx context.Context) (io.ReadCloser, error)
+}
+
+// BuildOptions configure Build. The zero value of each field means its
+// default.
+type BuildOptions struct {
+	ChunkSize uint32 // default DefaultChunkSize
+	// Uncompressed stores every chunk raw (compressor "none"); by default
+	// chunks are zstd-compressed, each on its own.
+	Uncompressed bool
+	// Level is the zstd level: 1 fastest .. 4 best; default 1.
+	Level int
+	// Workers hash and compress chunks; default GOMAXPROCS.
+	Workers int
+	// Dict is a chunk dictionary: chunks it holds are referenced in its
+	// blobs instead of being stored again.
+	Dict *Bootstrap
+	// Prefetch lists paths or path.Match globs (absolute, from the image
+	// root) of files to put in the prefetch table; a directory stands for
+	// every file below it.
+	Prefetch []string
+	// BlobDir receives new blobs, each named by its digest's hex.
+	BlobDir string
+	// Progress, if set, is called with the number of content bytes read.
+	Progress func(n int64)
+	Logger   *slog.Logger
+}
+
+// BuildStats summarise what Build saw and stored.
+type BuildStats struct {
+	Layers       int
+	Files        int    // regular files in the merged tree (inodes)
+	Dirs         int    // directories
+	Others       int    // symlinks, devices, fifos
+	Hardlinks    int    // names beyond the first of an inode
+	ContentBytes uint64 // file bytes read from all layers
+	Pieces       int    // chunks cut from those bytes
+	NewChunks    int    // chunks stored in new blobs
+	DictChunks   int    // chunks referenced in the dictionary's blobs
+	StoredBytes  uint64 // bytes written to new blobs
+	RawBytes     uint64 // uncompressed bytes of the new chunks
+}
+
+// BuildResult is the output of Build.
+type BuildResult struct {
+	Bootstrap []byte
+	// Blobs is the bootstrap's blob table: new blobs and referenced
+	// dictionary blobs.
+	Blobs []Blob
+	// LayerBlobs maps each source layer to its new blob's index in Blobs,
+	// or -1 when the layer stored no new chunk.
+	LayerBlobs []int
+	// DictBlobs lists indexes in Blobs that come from the dictionary.
+	DictBlobs []int
+	Stats     BuildStats
+}
+
+func (o *BuildOptions) defaults() error {
+	if o.ChunkSize == 0 {
+		o.ChunkSize = DefaultChunkSize
+	}
+	if !ValidChunkSize(o.ChunkSize) {
+		return fmt.Errorf("chunk size %d: want a power of two from %d to %d", o.ChunkSize, MinChunkSize, MaxChunkSize)
+	}
+	if o.Level == 0 {
+		o.Level = 1
+	}
+	if o.Level < 1 || o.Level > 4 {
+		return fmt.Errorf("compression level %d: want 1..4", o.Level)
+	}
+	if o.Workers <= 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.BlobDir == "" {
+		return errors.New("no blob directory")
+	}
+	if o.Dict != nil && o.Dict.Compressor() != o.compressor() && o.Dict.ChunkCount() > 0 {
+		return fmt.Errorf("chunk dictionary uses %s, this build %s", o.Dict.Compressor(), o.compressor())
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+func (o *BuildOptions) compressor() Compressor {
+	if o.Uncompressed {
+		return CompressNone
+	}
+	return CompressZstd
+}
+
+// builder holds the writer side's state; only the writer goroutine
+// touches it after the pipeline starts.
+type builder struct {
+	opts       BuildOptions
+	chunks     []Chunk
+	chunkIdx   map[Digest]uint32
+	blobs      []Blob
+	layerBlobs []int
+	dictBlobs  map[uint32]int // dict blob index -> our blob index
+	dict       map[Digest]Chunk
+	pieceChunk []uint32
+	seen       sync.Map // digests already stored or in the dictionary
+	stats      BuildStats
+}
+
+// Build merges layers into one tree, stores their chunks in one new blob
+// per layer under opts.BlobDir and returns the bootstrap. Output is
+// deterministic: the same layers and options give the same bytes,
+// whatever the number of workers. On error, new blob files may remain in
+// BlobDir; the caller owns that directory.
+func Build(ctx context.Context, layers []LayerSource, opts BuildOptions) (*BuildResult, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	b := &builder{opts: opts, chunkIdx: map[Digest]uint32{}, dictBlobs: map[uint32]int{}}
+	if err := b.loadDict(); err != nil {
+		return nil, err
+	}
+	t := newTree()
+	inflight := max(4, min(2*opts.Workers+2, int(64<<20/opts.ChunkSize)))
+	jobs := make(chan *piece, inflight)
+	ordered := make(chan *piece, inflight)
+	bufs := sync.Pool{New: func() any { s := make([]byte, opts.ChunkSize); return &s }}
+	outs := sync.Pool{New: func() any { s := make([]byte, 0, opts.ChunkSize+opts.ChunkSize/64+64); return &s }}
+
+	g, gctx := errgroup.WithContext(ctx)
+	for range opts.Workers {
+		g.Go(func() error {
+			var enc *zstd.Encoder
+			if !opts.Uncompressed {
+				var err error
+				enc, err = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1),
+					zstd.WithEncoderLevel(zstd.EncoderLevel(opts.Level)), zstd.WithWindowSize(zstdWindow(opts.ChunkSize)))
+				if err != nil {
+					return err
+				}
+				defer enc.Close()
+			}
+			for p := range jobs {
+				op := outs.Get().(*[]byte)
+				*op = hashAndCompress(p, enc, &b.seen, *op)
+				if p.stored == nil {
+					outs.Put(op)
+				} else {
+					p.stored = *op
+				}
+				close(p.done)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error { return b.write(gctx, ordered, &bufs, &outs) })
+	g.Go(func() error {
+		defer close(ordered)
+		defer close(jobs)
+		var seq uint32
+		for i, l := range layers {
+			if err := b.readLayer(gctx, t, i, l, &seq, jobs, ordered, &bufs); err != nil {
+				return fmt.Errorf("layer %d (%s): %w", i, l.Name, err)
+			}
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	b.stats.Layers = len(layers)
+
+	prefetch, err := matchPrefetch(t, opts.Prefetch)
+	if err != nil {
+		return nil, err
+	}
+	countTree(t, &b.stats)
+	boot, err := t.encode(encodeInput{
+		chunkSize: opts.ChunkSize, compressor: opts.compressor(), chunks: b.chunks,
+		blobs: b.blobs, pieceChunk: b.pieceChunk, prefetch: prefetch,
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := &BuildResult{Bootstrap: boot, Blobs: b.blobs, LayerBlobs: b.layerBlobs, Stats: b.stats}
+	for _, i := range b.dictBlobs {
+		res.DictBlobs = append(res.DictBlobs, i)
+	}
+	sort.Ints(res.DictBlobs)
+	return res, nil
+}
+
+// zstdWindow keeps the encoder's window no larger than a chunk: chunks
+// are independent, and a smaller window saves memory in every worker.
+func zstdWindow(chunk uint32) int {
+	w := int(chunk)
+	if w < zstd.MinWindowSize {
+		w = zstd.MinWindowSize
+	}
+	return w
+}
+
+func (b *builder) loadDict() error {
+	d := b.opts.Dict
+	if d == nil {
+		return nil
+	}
+	b.dict = make(map[Digest]Chunk, d.ChunkCount())
+	for i := range d.ChunkCount() {
+		c, err := d.Chunk(i)
+		if err != nil {
+			return fmt.Errorf("chunk dictionary: %w", err)
+		}
+		if _, ok := b.dict[c.Digest]; !ok {
+			b.dict[c.Digest] = c
+			b.seen.Store(c.Digest, struct{}{})
+		}
+	}
+	return nil
+}
+
+// readLayer parses one layer's tar stream, merges its entries into t and
+// feeds file contents to the pipeline in order.
+func (b *builder) readLayer(ctx context.Context, t *tree, layer int, l LayerSource, seq *uint32,
+	jobs, ordered chan<- *piece, bufs *sync.Pool) error {
+	rc, err := l.Open(ctx)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	cs := uint64(b.opts.ChunkSize)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read tar: %w", err)
+		}
+		in, err := t.apply(layer, h)
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", h.Name, err)
+		}
+		if in == nil {
+			continue
+		}
+		for off := uint64(0); off < in.size; off += cs {
+			n := min(cs, in.size-off)
+			bp := bufs.Get().(*[]byte)
+			*bp = (*bp)[:n]
+			if _, err := io.ReadFull(tr, *bp); err != nil {
+				bufs.Put(bp)
+				return fmt.Errorf("entry %q: read bytes %d..%d of %d: %w", h.Name, off, off+n, in.size, err)
+			}
+			if *seq == 1<<32-1 {
+				return fmt.Errorf("more than %d chunks", uint32(1<<32-1))
+			}
+			p := &piece{seq: *seq, layer: layer, buf: bp, done: make(chan struct{})}
+			*seq++
+			in.pieces = append(in.pieces, p.seq)
+			if b.opts.Progress != nil {
+				b.opts.Progress(int64(n))
+			}
+			select {
+			case ordered <- p:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			select {
+			case jobs <- p:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	// Read to the end so the source can check its digest, then let it.
+	if _, err := io.Copy(io.Discard, rc); err != nil {
+		return fmt.Errorf("read to end: %w", err)
+	}
+	if err := rc.Close(); err != nil {
+		return err
+	}
+	select {
+	case ordered <- &piece{layer: layer, end: true}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// write consumes pieces in order: dedups them, appends new ones to the
+// current layer's blob and records every piece's chunk index.
+func (b *builder) write(ctx context.Context, ordered <-chan *piece, bufs, outs *sync.Pool) error {
+	var bw *blobWriter
+	defer func() {
+		if bw != nil {
+			bw.abort()
+		}
+	}()
+	for p := range ordered {
+		if p.end {
+			idx := -1
+			if bw != nil {
+				d, err := bw.finish()
+				if err != nil {
+					bw = nil
+					return err
+				}
+				idx = int(bw.index)
+				b.blobs[idx] = Blob{Index: bw.index, Digest: d, CompressedSize: bw.size, UncompressedSize: bw.raw, ChunkCount: bw.n}
+				b.stats.StoredBytes += bw.size
+				b.stats.RawBytes += bw.raw
+				bw = nil
+			}
+			b.layerBlobs = append(b.layerBlobs, idx)
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		idx, err := b.place(p, &bw)
+		if err != nil {
+			return err
+		}
+		b.pieceChunk = append(b.pieceChunk, idx)
+		b.stats.Pieces++
+		b.stats.ContentBytes += uint64(len(*p.buf))
+		bufs.Put(p.buf)
+		if p.stored != nil {
+			s := p.stored[:0]
+			outs.Put(&s)
+		}
+	}
+	return nil
+}
+
+// place returns the chunk index for a piece, storing it if it is new.
+func (b *builder) place(p *piece, bw **blobWriter) (uint32, error) {
+	if idx, ok := b.chunkIdx[p.digest]; ok {
+		return idx, nil
+	}
+	if len(b.chunks) >= MaxChunks {
+		return 0, fmt.Errorf("more than %d unique chunks", MaxChunks)
+	}
+	idx := uint32(len(b.chunks))
+	if dc, ok := b.dict[p.digest]; ok {
+		bi, ok := b.dictBlobs[dc.Blob]
+		if !ok {
+			db, err := b.opts.Dict.Blob(dc.Blob)
+			if err != nil {
+				return 0, fmt.Errorf("chunk dictionary: %w", err)
+			}
+			bi = len(b.blobs)
+			db.Index = uint32(bi)
+			b.blobs = append(b.blobs, db)
+			b.dictBlobs[dc.Blob] = bi
+		}
+		dc.Index, dc.Blob = idx, uint32(bi)
+		b.chunks = append(b.chunks, dc)
+		b.chunkIdx[p.digest] = idx
+		b.stats.DictChunks++
+		return idx, nil
+	}
+	if *bw == nil {
+		w, err := newBlobWriter(b.opts.BlobDir)
+		if err != nil {
+			return 0, err
+		}
+		// Reserve the blob's table slot now so dictionary blobs met while
+		// it is open take later ones.
+		w.index = uint32(len(b.blobs))
+		b.blobs = append(b.blobs, Blob{Index: w.index})
+		*bw = w
+	}
+	stored, flags := *p.buf, uint32(0)
+	if p.stored != nil {
+		stored, flags = p.stored, ChunkCompressed
+	}
+	off, err := (*bw).append(stored, len(*p.buf))
+	if err != nil {
+		return 0, err
+	}
+	c := Chunk{Index: idx, Digest: p.digest, Blob: (*bw).index, Flags: flags,
+		CompressedOffset: off, CompressedSize: uint32(len(stored)), Size: uint32(len(*p.buf))}
+	b.chunks = append(b.chunks, c)
+	b.chunkIdx[p.digest] = idx
+	b.seen.Store(p.digest, struct{}{})
+	b.stats.NewChunks++
+	return idx, nil
+}

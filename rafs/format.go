@@ -1,0 +1,277 @@
+package rafs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+)
+
+// The bootstrap layout; FORMAT.md documents every byte. All integers are
+// little endian. Records are fixed size so that any one of them is found by
+// multiplication, never by scanning.
+const (
+	// Magic opens every bootstrap.
+	Magic = "DFLYRAFS"
+	// Version is the only format version this package reads and writes.
+	Version = 1
+
+	superblockSize = 256
+	inodeSize      = 64
+	direntSize     = 16
+	chunkRefSize   = 4
+	chunkSize      = 64
+	blobSize       = 64
+	xattrSize      = 16
+	prefetchSize   = 4
+
+	// RootIno is the inode number of the image's root directory.
+	RootIno Ino = 1
+)
+
+// Section indexes in the superblock's section table.
+const (
+	secInodes = iota
+	secDirents
+	secChunkRefs
+	secChunks
+	secBlobs
+	secXattrs
+	secPrefetch
+	secStrings
+	numSections
+)
+
+var sectionNames = [numSections]string{"inodes", "dirents", "chunk refs", "chunks", "blobs", "xattrs", "prefetch", "strings"}
+var sectionRecord = [numSections]int{inodeSize, direntSize, chunkRefSize, chunkSize, blobSize, xattrSize, prefetchSize, 1}
+
+// Limits checked before anything is allocated or indexed. They bound what a
+// hostile bootstrap can make a reader do.
+const (
+	MaxBootstrapSize = 4 << 30 // bytes
+	MaxInodes        = 1 << 26
+	MaxChunks        = 1 << 28
+	MaxBlobs         = 1 << 16
+	MaxNameLen       = 255
+	MaxSymlinkLen    = 4095
+	MaxXattrNameLen  = 255
+	MaxXattrValueLen = 64 << 10
+	MaxXattrsPerNode = 1024
+	MaxPathDepth     = 4096
+
+	MinChunkSize     = 64 << 10
+	MaxChunkSize     = 16 << 20
+	DefaultChunkSize = 1 << 20
+)
+
+// Compressor names how chunks are stored.
+type Compressor uint8
+
+// Compressors.
+const (
+	CompressNone Compressor = 0
+	CompressZstd Compressor = 1
+)
+
+func (c Compressor) String() string {
+	switch c {
+	case CompressNone:
+		return "none"
+	case CompressZstd:
+		return "zstd"
+	}
+	return fmt.Sprintf("compressor(%d)", uint8(c))
+}
+
+// ParseCompressor maps a name ("zstd", "none") to a Compressor.
+func ParseCompressor(s string) (Compressor, error) {
+	switch s {
+	case "zstd", "":
+		return CompressZstd, nil
+	case "none":
+		return CompressNone, nil
+	}
+	return 0, fmt.Errorf("unknown compressor %q (want zstd or none)", s)
+}
+
+// DigestAlgo names the chunk digest. Only sha256 exists; the field is there
+// so a later version can add one without a new magic.
+type DigestAlgo uint8
+
+// DigestSHA256 is the only digest algorithm.
+const DigestSHA256 DigestAlgo = 1
+
+// Chunk flags.
+const (
+	// ChunkCompressed marks a chunk stored compressed by the bootstrap's
+	// compressor; without it the stored bytes are the chunk itself.
+	ChunkCompressed uint32 = 1 << 0
+	knownChunkFlags        = ChunkCompressed
+)
+
+// Ino is an inode number, 1-based; RootIno is the root.
+type Ino uint32
+
+// Digest is a sha256 digest.
+type Digest [32]byte
+
+// String gives the OCI form, "sha256:<hex>".
+func (d Digest) String() string { return fmt.Sprintf("sha256:%x", d[:]) }
+
+// ParseDigest parses "sha256:<64 hex>".
+func ParseDigest(s string) (Digest, error) {
+	var d Digest
+	const p = "sha256:"
+	if len(s) != len(p)+64 || s[:len(p)] != p {
+		return d, fmt.Errorf("invalid digest %q", s)
+	}
+	for i := range 32 {
+		hi, ok1 := unhex(s[len(p)+2*i])
+		lo, ok2 := unhex(s[len(p)+2*i+1])
+		if !ok1 || !ok2 {
+			return d, fmt.Errorf("invalid digest %q", s)
+		}
+		d[i] = hi<<4 | lo
+	}
+	return d, nil
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// Chunk is one entry of the chunk table: where a chunk's stored bytes live
+// and the digest of its uncompressed bytes, which is its identity.
+type Chunk struct {
+	Index            uint32 // position in the chunk table
+	Digest           Digest
+	Blob             uint32 // index into the blob table
+	Flags            uint32
+	CompressedOffset uint64 // offset of the stored bytes in the blob
+	CompressedSize   uint32 // stored length
+	Size             uint32 // uncompressed length
+}
+
+// Compressed reports whether the stored bytes must be decompressed.
+func (c Chunk) Compressed() bool { return c.Flags&ChunkCompressed != 0 }
+
+// Blob is one entry of the blob table.
+type Blob struct {
+	Index            uint32
+	Digest           Digest // registry digest of the blob's bytes
+	CompressedSize   uint64 // blob length as stored
+	UncompressedSize uint64 // sum of its chunks' sizes
+	ChunkCount       uint32
+}
+
+// Inode is a decoded inode record. Its meaning of DataIndex and DataCount
+// depends on the type: a directory's dirents, a regular file's chunk refs,
+// a symlink's target in the string heap.
+type Inode struct {
+	Ino       Ino
+	Mode      uint32 // st_mode: type bits and permissions incl. setuid/setgid/sticky
+	UID, GID  uint32
+	Nlink     uint32
+	Size      uint64
+	MtimeSec  int64
+	MtimeNsec uint32
+	RdevMajor uint32
+	RdevMinor uint32
+	Parent    Ino
+	DataIndex uint32
+	DataCount uint32
+	XattrIdx  uint32
+	XattrCnt  uint32
+}
+
+// File type bits of Inode.Mode (as in Linux st_mode).
+const (
+	ModeType = 0o170000
+	ModeSock = 0o140000
+	ModeLink = 0o120000
+	ModeReg  = 0o100000
+	ModeBlk  = 0o060000
+	ModeDir  = 0o040000
+	ModeChr  = 0o020000
+	ModeFifo = 0o010000
+	ModePerm = 0o7777
+)
+
+// IsDir, IsReg and IsSymlink test the inode's type.
+func (i Inode) IsDir() bool     { return i.Mode&ModeType == ModeDir }
+func (i Inode) IsReg() bool     { return i.Mode&ModeType == ModeReg }
+func (i Inode) IsSymlink() bool { return i.Mode&ModeType == ModeLink }
+
+// FileMode converts the inode's mode to an io/fs mode.
+func (i Inode) FileMode() fs.FileMode {
+	m := fs.FileMode(i.Mode & 0o777)
+	if i.Mode&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if i.Mode&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if i.Mode&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	switch i.Mode & ModeType {
+	case ModeDir:
+		m |= fs.ModeDir
+	case ModeLink:
+		m |= fs.ModeSymlink
+	case ModeChr:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case ModeBlk:
+		m |= fs.ModeDevice
+	case ModeFifo:
+		m |= fs.ModeNamedPipe
+	case ModeSock:
+		m |= fs.ModeSocket
+	}
+	return m
+}
+
+func validType(mode uint32) bool {
+	switch mode & ModeType {
+	case ModeSock, ModeLink, ModeReg, ModeBlk, ModeDir, ModeChr, ModeFifo:
+		return true
+	}
+	return false
+}
+
+// Xattr is one extended attribute.
+type Xattr struct {
+	Name  string
+	Value []byte
+}
+
+// ErrCorrupt is returned (wrapped, with what was wrong) for any bootstrap
+// that does not decode: bad magic, checksum, bounds, or structure.
+var ErrCorrupt = errors.New("rafs: corrupt bootstrap")
+
+func corruptf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+}
+
+// ValidChunkSize reports whether n is a supported chunk size.
+func ValidChunkSize(n uint32) bool {
+	return n >= MinChunkSize && n <= MaxChunkSize && n&(n-1) == 0
+}
+
+// validName reports whether s can be one path component.
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > MaxNameLen || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '/' || s[i] == 0 {
+			return false
+		}
+	}
+	return true
+}
