@@ -1,0 +1,258 @@
+// Package image opens RAFS images for reading: it resolves a reference to
+// a RAFS manifest, fetches the bootstrap, checks it against the manifest's
+// digest, and reads chunk bytes from the image's blobs by range. Every
+// reader of converted images (inspect, check, unpack, mount) goes through
+// it, so the chain of trust from manifest digest to chunk digest is built
+// in one place.
+package image
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/klauspost/compress/zstd"
+
+	"damselfly/rafs"
+	"damselfly/rafs/transport"
+)
+
+// ErrNotRAFS is returned when a reference names a plain OCI image.
+var ErrNotRAFS = errors.New("not a RAFS image")
+
+// Image is an opened RAFS image. It is safe for concurrent use.
+type Image struct {
+	// Ref is what was opened; Digest its manifest digest (zero for a local
+	// bootstrap).
+	Ref      string
+	Digest   v1.Hash
+	Manifest *v1.Manifest
+
+	img   v1.Image // nil for a local bootstrap
+	boot  *rafs.Bootstrap
+	blobs rafs.BlobReader
+	close func() error
+}
+
+// Options configure Open.
+type Options struct {
+	Transport transport.Options
+	// BlobDir holds the blobs of a local bootstrap (files named by digest
+	// hex). Default: the bootstrap's directory.
+	BlobDir string
+}
+
+// Open opens ref: a transport reference (oci:, docker://, docker-archive:)
+// to a RAFS manifest, or the path of a local bootstrap file.
+func Open(ctx context.Context, ref string, opts Options) (*Image, error) {
+	if !strings.Contains(ref, ":") || isFile(ref) {
+		return openLocal(ref, opts)
+	}
+	r, err := transport.Parse(ref, opts.Transport)
+	if err != nil {
+		return nil, err
+	}
+	img, err := transport.ReadImage(ctx, r, opts.Transport)
+	if err != nil {
+		return nil, err
+	}
+	br, err := transport.NewBlobReader(ctx, r, opts.Transport)
+	if err != nil {
+		return nil, err
+	}
+	return FromImage(ctx, ref, img, br)
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+func openLocal(path string, opts Options) (*Image, error) {
+	b, err := rafs.Open(path, rafs.OpenOptions{})
+	if err != nil {
+		return nil, err
+	}
+	dir := opts.BlobDir
+	if dir == "" {
+		dir = filepath.Dir(path)
+	}
+	blobs := rafs.NewDirBlobs(dir)
+	return &Image{Ref: path, boot: b, blobs: blobs, close: func() error {
+		return errors.Join(blobs.Close(), b.Close())
+	}}, nil
+}
+
+// FromImage opens a RAFS image given as a go-containerregistry image and
+// a reader for its blobs.
+func FromImage(ctx context.Context, ref string, img v1.Image, br *transport.BlobReader) (*Image, error) {
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, fmt.Errorf("%s: manifest: %w", ref, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return nil, fmt.Errorf("%s: manifest digest: %w", ref, err)
+	}
+	bl, err := BootstrapLayer(m)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	rc, _, err := br.Blob(ctx, bl.Digest)
+	if err != nil {
+		return nil, err
+	}
+	data, err := ReadBootstrap(rc, bl)
+	rc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("%s: bootstrap %s: %w", ref, bl.Digest, err)
+	}
+	// The digest check above anchors the bytes; Decode still checks the
+	// structure (and its own checksum, which is cheap).
+	b, err := rafs.Decode(data, rafs.OpenOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	if err := checkBlobsMatch(b, m); err != nil {
+		return nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	return &Image{Ref: ref, Digest: d, Manifest: m, img: img, boot: b, blobs: &registryBlobs{br: br}, close: b.Close}, nil
+}
+
+// BootstrapLayer finds the bootstrap layer of a RAFS manifest.
+func BootstrapLayer(m *v1.Manifest) (v1.Descriptor, error) {
+	if m.Annotations[rafs.AnnotationVersion] == "" || len(m.Layers) == 0 {
+		return v1.Descriptor{}, ErrNotRAFS
+	}
+	bl := m.Layers[len(m.Layers)-1]
+	if string(bl.MediaType) != rafs.MediaTypeBootstrap {
+		return v1.Descriptor{}, fmt.Errorf("%w: last layer has media type %s", ErrNotRAFS, bl.MediaType)
+	}
+	return bl, nil
+}
+
+// ReadBootstrap reads a bootstrap layer whose stream rc must yield the
+// layer's bytes, checks them against the descriptor's digest and size,
+// and returns the decompressed bootstrap, refusing more than the size the
+// layer's annotation records (or MaxBootstrapSize).
+func ReadBootstrap(rc io.Reader, desc v1.Descriptor) ([]byte, error) {
+	if desc.Size <= 0 || desc.Size > rafs.MaxBootstrapSize {
+		return nil, fmt.Errorf("layer size %d out of range", desc.Size)
+	}
+	h := sha256.New()
+	comp, err := io.ReadAll(io.TeeReader(io.LimitReader(rc, desc.Size+1), h))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(comp)) != desc.Size {
+		return nil, fmt.Errorf("got %d bytes, manifest says %d", len(comp), desc.Size)
+	}
+	if got := fmt.Sprintf("sha256:%x", h.Sum(nil)); got != desc.Digest.String() {
+		return nil, fmt.Errorf("digest %s, manifest says %s", got, desc.Digest)
+	}
+	limit := int64(rafs.MaxBootstrapSize)
+	if s, err := strconv.ParseInt(desc.Annotations[rafs.AnnotationBootstrapSize], 10, 64); err == nil && s > 0 && s < limit {
+		limit = s
+	}
+	dec, err := zstd.NewReader(bytes.NewReader(comp), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	defer dec.Close()
+	var out bytes.Buffer
+	n, err := io.Copy(&out, io.LimitReader(dec, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("decompress: %w", err)
+	}
+	if n > limit {
+		return nil, fmt.Errorf("decompresses beyond %d bytes", limit)
+	}
+	if want := desc.Annotations[rafs.AnnotationBootstrapDigest]; want != "" {
+		if got := fmt.Sprintf("sha256:%x", sha256.Sum256(out.Bytes())); got != want {
+			return nil, fmt.Errorf("uncompressed digest %s, annotation says %s", got, want)
+		}
+	}
+	return out.Bytes(), nil
+}
+
+// checkBlobsMatch requires layer i of the manifest to be blob i of the
+// bootstrap, so chunk reads by blob index reach the right registry blob.
+func checkBlobsMatch(b *rafs.Bootstrap, m *v1.Manifest) error {
+	blobs, err := b.Blobs()
+	if err != nil {
+		return err
+	}
+	if len(blobs) != len(m.Layers)-1 {
+		return fmt.Errorf("bootstrap has %d blobs, manifest %d blob layers", len(blobs), len(m.Layers)-1)
+	}
+	for i, bl := range blobs {
+		l := m.Layers[i]
+		if l.Digest.String() != bl.Digest.String() || uint64(l.Size) != bl.CompressedSize {
+			return fmt.Errorf("blob %d is %s (%d bytes), manifest layer %d is %s (%d bytes)", i, bl.Digest, bl.CompressedSize, i, l.Digest, l.Size)
+		}
+	}
+	return nil
+}
+
+// Layer returns the manifest layer with digest h, for copying blobs into
+// another image.
+func (i *Image) Layer(h v1.Hash) (v1.Layer, error) {
+	if i.img == nil {
+		return nil, fmt.Errorf("%s: a local bootstrap has no manifest layers", i.Ref)
+	}
+	return i.img.LayerByDigest(h)
+}
+
+// Bootstrap returns the image's bootstrap.
+func (i *Image) Bootstrap() *rafs.Bootstrap { return i.boot }
+
+// Blobs returns a reader of the image's stored blob bytes.
+func (i *Image) Blobs() rafs.BlobReader { return i.blobs }
+
+// ChunkSource returns a source that reads each chunk by one range request
+// and verifies it.
+func (i *Image) ChunkSource() rafs.ChunkSource {
+	return &rafs.BlobChunkSource{Bootstrap: i.boot, Blobs: i.blobs}
+}
+
+// FS returns the io/fs view of the image.
+func (i *Image) FS(ctx context.Context) *rafs.FS { return rafs.NewFS(ctx, i.boot, i.ChunkSource()) }
+
+// Close releases the image.
+func (i *Image) Close() error {
+	if i.close == nil {
+		return nil
+	}
+	c := i.close
+	i.close = nil
+	return c()
+}
+
+// registryBlobs reads blob ranges through a transport.BlobReader.
+type registryBlobs struct{ br *transport.BlobReader }
+
+var _ rafs.BlobReader = (*registryBlobs)(nil)
+
+func (r *registryBlobs) ReadBlob(ctx context.Context, blob rafs.Blob, off int64, p []byte) error {
+	d, err := v1.NewHash(blob.Digest.String())
+	if err != nil {
+		return err
+	}
+	rc, err := r.br.BlobRange(ctx, d, off, int64(len(p)))
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if _, err := io.ReadFull(rc, p); err != nil {
+		return fmt.Errorf("read bytes %d+%d of blob %s: %w", off, len(p), blob.Digest, err)
+	}
+	return nil
+}
