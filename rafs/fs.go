@@ -159,7 +159,7 @@ func (f *FS) dirEntries(name string, in Inode) ([]fs.DirEntry, error) {
 	}
 	out := make([]fs.DirEntry, 0, len(ents))
 	for _, e := range ents {
-		child, err := f.b.Inode(e.Ino)
+		child, err := f.b.checkChild(in, e)
 		if err != nil {
 			return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
 		}

@@ -51,19 +51,23 @@ func walkEntries(b *Bootstrap, fn func(entry) error) error {
 		in  Inode
 	}
 	stack := []frame{{"", root}}
-	visits := 0
+	// In a tree every dirent is read exactly once; a hostile bootstrap
+	// that lists a directory twice or shares dirent ranges would make the
+	// walk repeat work, so it may read no more dirents than there are.
+	budget := b.count(secDirents)
 	for len(stack) > 0 {
 		f := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if visits++; visits > int(b.InodeCount())+int(b.count(secDirents))+1 {
-			return corruptf("tree walk exceeds the entry count")
-		}
 		if err := fn(entry{f.rel, f.in}); err != nil {
 			return err
 		}
 		if !f.in.IsDir() {
 			continue
 		}
+		if uint64(f.in.DataCount) > budget {
+			return corruptf("directory %d: entries shared with another directory", f.in.Ino)
+		}
+		budget -= uint64(f.in.DataCount)
 		ents, err := b.ReadDir(f.in.Ino)
 		if err != nil {
 			return err
