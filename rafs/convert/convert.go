@@ -7,6 +7,7 @@ package convert
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -26,8 +27,10 @@ import (
 // Options configure Convert.
 type Options struct {
 	Build rafs.BuildOptions // BlobDir and Dict are filled in by Convert
-	// ChunkDict names a RAFS image (any transport) or a local bootstrap
-	// whose chunks are reused.
+	// ChunkDict names a RAFS image (any transport) whose chunks are
+	// reused; the blobs holding them are copied into the destination. A
+	// local bootstrap is opened too, but its blobs cannot be copied, so
+	// the conversion fails once a chunk would come from it.
 	ChunkDict string
 	// Index also writes an image index holding the source manifest and the
 	// RAFS manifest, tagged as the destination.
@@ -70,6 +73,11 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Result, error
 	dref, err := transport.Parse(dst, opts.Transport)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Index && dref.Transport == transport.DockerArchive {
+		// Found out only after writing the image, this would leave an
+		// archive behind an error.
+		return nil, fmt.Errorf("%s: a docker-archive cannot hold the image index that Index asks for: %w", dst, errors.ErrUnsupported)
 	}
 	simg, err := transport.ReadImage(ctx, sref, opts.Transport)
 	if err != nil {

@@ -44,16 +44,13 @@ func newReadahead(ctx context.Context, src io.Reader, block, depth int) *readahe
 				r.errc <- ctx.Err()
 				return
 			}
-			n, err := io.ReadFull(src, buf[:cap(buf)])
+			n, err := fill(src, buf[:cap(buf)])
 			if n > 0 {
 				select {
 				case r.blocks <- buf[:n]:
 				case <-r.stop:
 					return
 				}
-			}
-			if err == io.ErrUnexpectedEOF {
-				err = io.EOF
 			}
 			if err != nil {
 				r.errc <- err
@@ -62,6 +59,22 @@ func newReadahead(ctx context.Context, src io.Reader, block, depth int) *readahe
 		}
 	}()
 	return r
+}
+
+// fill reads until buf is full or src fails, and returns src's error as
+// is. Unlike io.ReadFull it keeps io.EOF (the end) apart from
+// io.ErrUnexpectedEOF, which a decompressor returns for a truncated
+// stream and which must reach the consumer as an error.
+func fill(src io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := src.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func (r *readahead) Read(p []byte) (int, error) {

@@ -51,7 +51,9 @@ type Options struct {
 }
 
 // Open opens ref: a transport reference (oci:, docker://, docker-archive:)
-// to a RAFS manifest, or the path of a local bootstrap file.
+// to a RAFS manifest, or to an image index holding one (the manifest whose
+// platform has rafs.PlatformFeature), or the path of a local bootstrap
+// file.
 func Open(ctx context.Context, ref string, opts Options) (*Image, error) {
 	if !strings.Contains(ref, ":") || isFile(ref) {
 		return openLocal(ref, opts)
@@ -60,7 +62,7 @@ func Open(ctx context.Context, ref string, opts Options) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img, err := transport.ReadImage(ctx, r, opts.Transport)
+	img, err := readImage(ctx, r, opts.Transport)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +164,11 @@ func ReadBootstrap(rc io.Reader, desc v1.Descriptor) ([]byte, error) {
 	if s, err := strconv.ParseInt(desc.Annotations[rafs.AnnotationBootstrapSize], 10, 64); err == nil && s > 0 && s < limit {
 		limit = s
 	}
-	dec, err := zstd.NewReader(bytes.NewReader(comp), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(limit)+1))
+	// For a stream the option bounds the window, not the output (the
+	// LimitReader below does that). The encoder gives a bootstrap of up to
+	// 1 KiB a window of 1 or 2 KiB, so a bound of limit+1 alone would
+	// refuse small bootstraps; a floor of 64 KiB costs nothing.
+	dec, err := zstd.NewReader(bytes.NewReader(comp), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(max(uint64(limit)+1, 64<<10)))
 	if err != nil {
 		return nil, err
 	}
