@@ -1,0 +1,239 @@
+package backend
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+)
+
+// Backend types.
+const (
+	TypeRegistry = "registry"
+	TypeOCI      = "oci"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultTimeout        = 30 * time.Second
+	DefaultConnectTimeout = 5 * time.Second
+	DefaultRetryLimit     = 3
+	DefaultDeadline       = 3 * time.Minute
+	DefaultCheckInterval  = 5 * time.Second
+)
+
+// Config configures a Backend, in the shape of nydusd's backend section.
+// The zero value of every duration and count means its default; fields
+// that belong to the other Type are ignored. The mapstructure tags are the
+// configuration file's keys.
+type Config struct {
+	// Type is "registry" (the default) or "oci".
+	Type string `mapstructure:"type"`
+
+	// Scheme is "https" or "http". Empty means http for loopback hosts
+	// (127.0.0.0/8, ::1, localhost) and https otherwise.
+	Scheme string `mapstructure:"scheme"`
+	// Host is the registry's host[:port].
+	Host string `mapstructure:"host"`
+	// Repo is the repository, e.g. "library/app".
+	Repo string `mapstructure:"repo"`
+	// Auth is base64("user:password"), as in nydusd. Empty means the
+	// credentials of the docker config file (go-containerregistry's
+	// authn.DefaultKeychain, or WithKeychain), else anonymous.
+	Auth string `mapstructure:"auth"`
+	// Timeout bounds one request, including its whole body.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// ConnectTimeout bounds one TCP connect.
+	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
+	// RetryLimit is how many transient failures in a row one read takes
+	// from a source before it moves on: from the proxy to the registry
+	// (the proxy is marked unhealthy), or from the registry back to the
+	// proxy for one attempt even if it is marked unhealthy. Without a
+	// proxy it has no effect: Deadline alone bounds retries.
+	RetryLimit int `mapstructure:"retry_limit"`
+	// Deadline is how long one read keeps retrying transient failures,
+	// with exponential backoff, before it returns the error. The default
+	// outlasts a registry restart.
+	Deadline time.Duration `mapstructure:"deadline"`
+	// Proxy is the local peer's registry mirror; its URL empty means none.
+	Proxy ProxyConfig `mapstructure:"proxy"`
+
+	// Dir is the OCI image layout directory (blobs under blobs/sha256/).
+	Dir string `mapstructure:"dir"`
+}
+
+// ProxyConfig is the local peer's registry-mirror endpoint.
+type ProxyConfig struct {
+	// URL is the mirror's base URL, e.g. http://127.0.0.1:65001. Blob
+	// requests go to URL + "/v2/<repo>/blobs/<digest>".
+	URL string `mapstructure:"url"`
+	// PingURL is the health endpoint; empty means URL + "/healthz". The
+	// proxy is healthy while it answers 200.
+	PingURL string `mapstructure:"ping_url"`
+	// Fallback sends requests straight to the registry while the proxy is
+	// unhealthy; without it they keep retrying the proxy until Deadline.
+	Fallback bool `mapstructure:"fallback"`
+	// CheckInterval is the health probe period.
+	CheckInterval time.Duration `mapstructure:"check_interval"`
+}
+
+// Default returns the defaults, for a registry backend with a proxy
+// fallback; Host and Repo (or Type and Dir) remain to be set.
+func Default() Config {
+	return Config{
+		Type:           TypeRegistry,
+		Timeout:        DefaultTimeout,
+		ConnectTimeout: DefaultConnectTimeout,
+		RetryLimit:     DefaultRetryLimit,
+		Deadline:       DefaultDeadline,
+		Proxy:          ProxyConfig{Fallback: true, CheckInterval: DefaultCheckInterval},
+	}
+}
+
+// withDefaults fills the zero fields and derives the implied ones.
+func (c Config) withDefaults() Config {
+	if c.Type == "" {
+		c.Type = TypeRegistry
+	}
+	if c.Scheme == "" {
+		c.Scheme = "https"
+		if isLoopback(c.Host) {
+			c.Scheme = "http"
+		}
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.RetryLimit == 0 {
+		c.RetryLimit = DefaultRetryLimit
+	}
+	if c.Deadline == 0 {
+		c.Deadline = DefaultDeadline
+	}
+	if c.Proxy.CheckInterval == 0 {
+		c.Proxy.CheckInterval = DefaultCheckInterval
+	}
+	if c.Proxy.URL != "" && c.Proxy.PingURL == "" {
+		c.Proxy.PingURL = strings.TrimRight(c.Proxy.URL, "/") + "/healthz"
+	}
+	return c
+}
+
+// Validate reports every problem with c at once, each naming its field
+// (e.g. "backend.proxy.check_interval: must be > 0"). It does not touch
+// the network or the disk.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("backend.%s: %s", field, fmt.Sprintf(format, a...)))
+	}
+	notNegative := func(field string, d time.Duration, def time.Duration) {
+		if d < 0 {
+			add(field, "must be > 0 (or 0 for the default %s), got %s", def, d)
+		}
+	}
+	notNegative("timeout", c.Timeout, DefaultTimeout)
+	notNegative("connect_timeout", c.ConnectTimeout, DefaultConnectTimeout)
+	notNegative("deadline", c.Deadline, DefaultDeadline)
+	notNegative("proxy.check_interval", c.Proxy.CheckInterval, DefaultCheckInterval)
+	if c.RetryLimit < 0 {
+		add("retry_limit", "must be > 0 (or 0 for the default %d), got %d", DefaultRetryLimit, c.RetryLimit)
+	}
+
+	switch c.Type {
+	case "", TypeRegistry:
+		c.validateRegistry(add)
+	case TypeOCI:
+		if c.Dir == "" {
+			add("dir", "required for type %q", TypeOCI)
+		}
+	default:
+		add("type", "must be %q or %q, got %q", TypeRegistry, TypeOCI, c.Type)
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) validateRegistry(add func(field, format string, a ...any)) {
+	switch c.Scheme {
+	case "", "http", "https":
+	default:
+		add("scheme", `must be "https" or "http", got %q`, c.Scheme)
+	}
+	if c.Host == "" {
+		add("host", "required for type %q", TypeRegistry)
+	} else if _, err := name.NewRegistry(c.Host, name.StrictValidation); err != nil {
+		add("host", "%q is not a registry host[:port]", c.Host)
+	}
+	if c.Repo == "" {
+		add("repo", "required for type %q", TypeRegistry)
+	} else if _, err := name.NewRepository("example.com/"+c.Repo, name.StrictValidation); err != nil {
+		add("repo", "%q is not a repository name: %v", c.Repo, err)
+	}
+	if c.Auth != "" {
+		if _, _, err := decodeAuth(c.Auth); err != nil {
+			add("auth", "%v", err)
+		}
+	}
+	if c.Proxy.URL != "" {
+		if err := checkHTTPURL(c.Proxy.URL); err != nil {
+			add("proxy.url", "%v", err)
+		}
+	}
+	if c.Proxy.PingURL != "" {
+		if c.Proxy.URL == "" {
+			add("proxy.ping_url", "set without proxy.url")
+		} else if err := checkHTTPURL(c.Proxy.PingURL); err != nil {
+			add("proxy.ping_url", "%v", err)
+		}
+	}
+}
+
+// decodeAuth splits nydusd's base64("user:password").
+func decodeAuth(s string) (user, password string, err error) {
+	raw, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return "", "", errors.New("not base64 (want base64 of \"user:password\")")
+	}
+	user, password, ok := strings.Cut(string(raw), ":")
+	if !ok || user == "" {
+		return "", "", errors.New("does not decode to \"user:password\"")
+	}
+	return user, password, nil
+}
+
+func checkHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL", s)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q: want http:// or https:// and a host", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q: must not have a query or fragment", s)
+	}
+	return nil
+}
+
+// isLoopback reports whether host[:port] names 127.0.0.0/8, ::1 or
+// localhost, where plain HTTP is implied.
+func isLoopback(hostport string) bool {
+	h := hostport
+	if sh, _, err := net.SplitHostPort(hostport); err == nil {
+		h = sh
+	}
+	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,26 @@
+// Package backend is where the mount daemon's chunk misses go: it reads
+// stored blob bytes by range from the image's origin, in the shape of
+// nydusd's backend section.
+//
+// A [Backend] of type "registry" sends one ranged GET per read, to the
+// local peer's registry mirror (the proxy) while that answers its health
+// check, and straight to the registry otherwise (when fallback is on).
+// Transient failures are retried with exponential backoff until a
+// deadline, so a registry restart under a job that runs for days is a
+// pause, not EIO. A Backend of type "oci" reads an OCI image layout
+// directory.
+//
+// The parts, one file each:
+//
+//   - config.go: [Config], its defaults and Validate.
+//   - read.go: the retry loop, the choice of source per attempt, and how
+//     each failure is classified (retry, re-authenticate, fall back, fail).
+//   - backoff.go: the pure backoff schedule and the injected [Clock].
+//   - response.go: turning one HTTP response into exactly the requested
+//     bytes, or an error saying why not.
+//   - registry.go: the registry's authenticated client (bearer token or
+//     Basic, via go-containerregistry), built lazily and rebuilt on 401.
+//   - proxy.go: the proxy's health state and the goroutine that probes it.
+//   - oci.go: the OCI layout reader.
+//   - stats.go and errors.go: counters, sentinel and typed errors.
+package backend

@@ -1,0 +1,113 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"damselfly/rafs"
+)
+
+// HeaderRegistry names the upstream registry ("scheme://host") on requests
+// to the proxy, so one mirror can serve several registries.
+const HeaderRegistry = "X-Damselfly-Registry"
+
+// proxy is the local peer's registry mirror and its health: healthy while
+// PingURL answers 200. The checker goroutine probes every CheckInterval;
+// a request that finds the proxy down marks it unhealthy at once. Every
+// change is logged once.
+type proxy struct {
+	url     string // base URL without a trailing slash
+	pingURL string
+	client  *http.Client
+	log     *slog.Logger
+	healthy atomic.Bool
+}
+
+func newProxy(cfg ProxyConfig, base http.RoundTripper, log *slog.Logger) *proxy {
+	p := &proxy{
+		url:     strings.TrimRight(cfg.URL, "/"),
+		pingURL: cfg.PingURL,
+		client:  &http.Client{Transport: base},
+		log:     log,
+	}
+	// Optimistic until told otherwise: the first read tries the proxy, and
+	// a proxy that is down costs it one refused connection.
+	p.healthy.Store(true)
+	return p
+}
+
+// read fills p with bytes [off, off+len(p)) of blob d of repo at reg,
+// forwarding authorization (may be empty) for the mirror to use upstream.
+func (p *proxy) read(ctx context.Context, reg *registry, d rafs.Digest, off int64, buf []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+reg.blobPath(d), nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errPermanent, err)
+	}
+	req.Header.Set("Range", rangeHeader(off, len(buf)))
+	req.Header.Set(HeaderRegistry, reg.origin())
+	if a := reg.authorization(); a != "" {
+		req.Header.Set("Authorization", a)
+	}
+	return doRange(p.client, req, off, buf)
+}
+
+// setHealthy records the proxy's state and logs a change; why says what
+// showed it.
+func (p *proxy) setHealthy(ok bool, why error) {
+	if !p.healthy.CompareAndSwap(!ok, ok) {
+		return
+	}
+	if ok {
+		p.log.Info("backend proxy healthy: requests go to the proxy", "proxy", p.url)
+	} else {
+		p.log.Warn("backend proxy unhealthy", "proxy", p.url, "err", why)
+	}
+}
+
+// run probes the proxy every interval until ctx ends.
+func (p *proxy) run(ctx context.Context, clock Clock, interval, timeout time.Duration) {
+	for {
+		p.setHealthyFromProbe(ctx, timeout)
+		select {
+		case <-ctx.Done():
+			return
+		case <-clock.After(interval):
+		}
+	}
+}
+
+func (p *proxy) setHealthyFromProbe(ctx context.Context, timeout time.Duration) {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := p.probe(pctx)
+	if ctx.Err() != nil {
+		return // shutting down: no verdict
+	}
+	p.setHealthy(err == nil, err)
+}
+
+// probe is one health check: nil if PingURL answered 200.
+func (p *proxy) probe(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.pingURL, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("health check: %w", err)
+	}
+	defer func() {
+		io.CopyN(io.Discard, resp.Body, maxErrorBody)
+		resp.Body.Close()
+	}()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("health check %s: %w", p.pingURL, newStatusError(resp))
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+
+	"damselfly/rafs"
+)
+
+// readRemote is the retry loop of a registry-type read. Each attempt goes
+// to the source choose picks; after a failure:
+//
+//   - permanent (404, 416, 400, another unexpected status): the read
+//     fails, unless it came from the proxy and Fallback is on, in which
+//     case this read asks the registry, the authority, instead;
+//   - 401/403 from the registry: the next attempt starts from a fresh
+//     handshake at once; a second in a row fails the read. From the
+//     proxy it counts as permanent;
+//   - transient: the proxy is marked unhealthy at once if it could not be
+//     reached or answered 5xx, or after RetryLimit transient failures in a
+//     row; after RetryLimit in a row from the registry the next attempt
+//     tries the proxy even if it is marked unhealthy. The read sleeps
+//     (exponential backoff with jitter) before every retry except a
+//     fallback from the proxy to the registry, which is immediate.
+//
+// Once Config.Deadline has passed since the read began, the next
+// transient failure ends it with ErrDeadline.
+func (b *Backend) readRemote(ctx context.Context, blob rafs.Blob, off int64, p []byte) (Source, error) {
+	start := b.clock.Now()
+	deadline := start.Add(b.cfg.Deadline)
+	var (
+		src, prev   Source
+		attempts    int
+		failures    int  // transient failures, for the backoff
+		streak      int  // attempts in a row on src
+		bypassProxy bool // the proxy cannot serve this blob: use the registry
+		tryProxy    bool // the registry failed RetryLimit times: try the proxy once
+		reauthed    bool // the last failure was a 401 already retried
+		lastErr     error
+	)
+	giveUp := func(err error) (Source, error) {
+		return src, b.readError(blob, off, p, src, attempts, b.clock.Now().Sub(start), err)
+	}
+	for {
+		src = b.choose(bypassProxy, tryProxy)
+		tryProxy = false
+		if src == prev {
+			streak++
+		} else {
+			streak = 1
+		}
+		prev = src
+		err := b.attempt(ctx, src, blob, off, p, attempts > 0)
+		attempts++
+		if err == nil {
+			return src, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			return giveUp(fmt.Errorf("%w (last failure: %v)", ctx.Err(), lastErr))
+		}
+
+		sleep := true
+		switch classify(err) {
+		case permanent:
+			if src != SourceProxy || !b.cfg.Proxy.Fallback {
+				return giveUp(err)
+			}
+			bypassProxy, sleep = true, false
+		case reauth:
+			switch {
+			case src == SourceProxy && b.cfg.Proxy.Fallback:
+				bypassProxy, sleep = true, false
+			case src == SourceProxy || reauthed:
+				return giveUp(err)
+			default:
+				reauthed, sleep = true, false
+			}
+		case transient:
+			reauthed = false
+			failures++
+			if src == SourceProxy {
+				if proxyDown(err) || streak >= b.cfg.RetryLimit {
+					b.proxy.setHealthy(false, err)
+				}
+				// Falling back to the registry is immediate.
+				sleep = b.choose(bypassProxy, false) == SourceProxy
+			} else if b.proxy != nil && !bypassProxy && streak >= b.cfg.RetryLimit {
+				tryProxy = true
+			}
+		}
+
+		now := b.clock.Now()
+		if !now.Before(deadline) {
+			return giveUp(fmt.Errorf("%w (%s): last failure: %w", ErrDeadline, b.cfg.Deadline, lastErr))
+		}
+		if !sleep {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return giveUp(fmt.Errorf("%w (last failure: %v)", ctx.Err(), lastErr))
+		case <-b.clock.After(wait(failures, rand.Float64(), retryAfter(err), deadline.Sub(now))):
+		}
+	}
+}
+
+// choose picks the source of the next attempt: the proxy while it is
+// healthy (or always, without Fallback), else the registry. bypassProxy
+// and tryProxy are the read's own verdicts that override the health state.
+func (b *Backend) choose(bypassProxy, tryProxy bool) Source {
+	switch {
+	case b.proxy == nil:
+		return SourceRegistry
+	case tryProxy || !b.cfg.Proxy.Fallback:
+		return SourceProxy
+	case bypassProxy || !b.proxy.healthy.Load():
+		return SourceRegistry
+	default:
+		return SourceProxy
+	}
+}
+
+// attempt sends one request to src, bounded by Config.Timeout, and counts
+// it.
+func (b *Backend) attempt(ctx context.Context, src Source, blob rafs.Blob, off int64, p []byte, retry bool) error {
+	st := b.stats.of(src)
+	st.requests.Add(1)
+	if retry {
+		st.retries.Add(1)
+	}
+	if src == SourceRegistry && b.proxy != nil {
+		b.stats.fallbacks.Add(1)
+	}
+	actx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	defer cancel()
+	var err error
+	if src == SourceProxy {
+		err = b.proxy.read(actx, b.reg, blob.Digest, off, p)
+	} else {
+		err = b.reg.read(actx, blob.Digest, off, p)
+	}
+	if err != nil {
+		st.errors.Add(1)
+		if ctx.Err() == nil && actx.Err() != nil {
+			// Our own timeout: say so without wrapping context errors,
+			// which callers read as "the caller gave up".
+			err = fmt.Errorf("%w after %s: %v", errTimeout, b.cfg.Timeout, err)
+		}
+		return err
+	}
+	st.bytes.Add(uint64(len(p)))
+	return nil
+}
