@@ -1,0 +1,128 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"damselfly/rafs"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNotFound is returned (possibly wrapped) for a chunk the cache does
+	// not hold, including one that was evicted or deleted by hand, and one
+	// whose file failed a check and was deleted. The caller fetches the
+	// chunk elsewhere.
+	ErrNotFound = errors.New("cache: chunk not found")
+	// ErrNoSpace is wrapped by Put's error when the filesystem is full or
+	// over quota (ENOSPC, EDQUOT). Nothing partial is left behind; the
+	// caller serves the chunk from memory.
+	ErrNoSpace = errors.New("cache: no space left")
+	// ErrClosed is returned by every method called after Close.
+	ErrClosed = errors.New("cache: closed")
+)
+
+// Meta describes an entry's stored bytes.
+type Meta struct {
+	// Compressed reports whether the stored bytes are a zstd frame; if
+	// not, they are the chunk itself.
+	Compressed bool
+	// Size is the chunk's uncompressed length, at most rafs.MaxChunkSize.
+	Size uint32
+	// StoredSize is the length of the stored bytes, at most
+	// rafs.MaxChunkSize; equal to Size when not compressed.
+	StoredSize uint32
+}
+
+// Cache is a node chunk cache over one directory, which other Caches, in
+// this process or others, may share. All methods are safe for concurrent
+// use.
+type Cache struct {
+	cfg   Config
+	paths paths
+	log   *slog.Logger
+	high  int64 // watermarks in bytes; 0 when unlimited
+	low   int64
+	// rescanEvery is how many bytes this process writes between rescans
+	// even while its own count stays below high, so that it notices what
+	// other processes wrote (see CACHE.md); 0 when unlimited.
+	rescanEvery int64
+
+	closed atomic.Bool
+	// evictMu lets one rescan run at a time in this Cache. It is taken
+	// before the directory lock, and never while mu is held.
+	evictMu sync.Mutex
+
+	mu      sync.Mutex // guards idx and written
+	idx     *index
+	written int64 // bytes of entry files written since the last rescan
+
+	n counters
+}
+
+// Open opens the cache in cfg.Dir, creating the directory if needed. It
+// scans the existing entries into the index, least recently used (oldest
+// mtime) first, deletes temp files that crashed writers left (only those
+// older than a few minutes: a younger one may be another live process's
+// write in progress) and evicts if the directory is above the high
+// watermark. It may block while another process evicts.
+func Open(cfg Config) (*Cache, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	c := &Cache{
+		cfg:   cfg,
+		paths: newPaths(cfg.Dir),
+		log:   cfg.Logger,
+		high:  cfg.highBytes(),
+		low:   cfg.lowBytes(),
+		idx:   newIndex(),
+	}
+	if c.high > 0 {
+		c.rescanEvery = max((c.high-c.low)/2, 1)
+	}
+	if err := os.MkdirAll(c.paths.chunks, 0o755); err != nil {
+		return nil, fmt.Errorf("open cache: %w", err)
+	}
+	if err := c.Rescan(); err != nil {
+		return nil, fmt.Errorf("open cache: %w", err)
+	}
+	return c, nil
+}
+
+// Close marks the cache closed, after waiting for an eviction in progress
+// to finish. Later calls of other methods return ErrClosed (Has returns
+// false, Digests nil); Stats keeps working. Close is idempotent and returns
+// nil: the cache holds no open files between calls.
+func (c *Cache) Close() error {
+	c.evictMu.Lock()
+	defer c.evictMu.Unlock()
+	c.closed.Store(true)
+	return nil
+}
+
+// Digests returns every digest in this process's index, least recently
+// used first: what it put, read or found at its last scan. Entries other
+// processes added since are missing, and entries deleted by hand are
+// present until something notices; call Rescan first for the directory's
+// current holdings. The slice is the caller's.
+func (c *Cache) Digests() []rafs.Digest {
+	if c.closed.Load() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.idx.digests()
+}
+
+// forget drops d from the index, when its file is gone.
+func (c *Cache) forget(d rafs.Digest) {
+	c.mu.Lock()
+	c.idx.remove(d)
+	c.mu.Unlock()
+}

@@ -1,0 +1,88 @@
+package cache
+
+import (
+	"fmt"
+	"sync"
+
+	"damselfly/rafs"
+)
+
+// storedPool holds buffers for compressed stored bytes on their way to
+// being decoded.
+var storedPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// ReadChunk fills dst (len(dst) == int(ck.Size)) with ck's content from
+// the cache, decoded and verified against ck.Digest with rafs.DecodeChunk.
+// The entry's stored form need not be ck's: the same content may be cached
+// raw from one blob and compressed from another, and either serves.
+//
+// It returns ErrNotFound (possibly wrapped) when the cache does not hold
+// the chunk, and also when the entry fails verification: then the entry is
+// deleted and counted in Stats.Corrupt, and the caller refetches. Other
+// errors are I/O failures or a wrong dst length. On error dst's contents
+// are unspecified. A hit counts as a use, as in Get. ReadChunk is safe for
+// concurrent use.
+func (c *Cache) ReadChunk(ck rafs.Chunk, dst []byte) error {
+	if len(dst) != int(ck.Size) {
+		return fmt.Errorf("cache: read chunk %s: buffer of %d bytes for %d", ck.Digest, len(dst), ck.Size)
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	path := c.paths.entry(ck.Digest)
+	e, err := openEntry(path, ck.Digest)
+	if e != nil {
+		defer e.Close()
+	}
+	if err == nil {
+		err = decodeEntry(e, ck, dst)
+	}
+	if err != nil {
+		c.n.misses.Add(1)
+		return c.readFailed(ck.Digest, path, e, err)
+	}
+	c.used(ck.Digest, path, e.fi)
+	c.n.hits.Add(1)
+	return nil
+}
+
+// decodeEntry reads e's payload and decodes it into dst as ck's content.
+// A payload that does not decode to ck's bytes makes the entry corrupt.
+func decodeEntry(e *entryFile, ck rafs.Chunk, dst []byte) error {
+	m := e.hdr.meta
+	if m.Size != ck.Size {
+		return corruptf("entry holds %d bytes, chunk has %d", m.Size, ck.Size)
+	}
+	var stored []byte
+	var err error
+	if !m.Compressed {
+		stored, err = e.readPayload(dst) // straight into dst: StoredSize == Size
+	} else {
+		bp := storedPool.Get().(*[]byte)
+		defer storedPool.Put(bp)
+		stored, err = e.readPayload(*bp)
+		if err == nil {
+			*bp = stored[:0]
+		}
+	}
+	if err != nil {
+		return err
+	}
+	as := ck
+	as.CompressedSize = m.StoredSize
+	as.Flags &^= rafs.ChunkCompressed
+	if m.Compressed {
+		as.Flags |= rafs.ChunkCompressed
+	}
+	if err := rafs.DecodeChunk(as, stored, dst); err != nil {
+		return fmt.Errorf("%w: %w", errCorrupt, err)
+	}
+	return nil
+}
+
+// PutChunk stores ck's stored bytes, already verified by the caller, as
+// Put does, with the metadata ck gives.
+func (c *Cache) PutChunk(ck rafs.Chunk, stored []byte) error {
+	m := Meta{Compressed: ck.Compressed(), Size: ck.Size, StoredSize: ck.CompressedSize}
+	return c.Put(ck.Digest, m, stored)
+}

@@ -1,0 +1,86 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+)
+
+// Watermark defaults, as fractions of Config.Capacity.
+const (
+	DefaultHighWatermark = 0.95
+	DefaultLowWatermark  = 0.80
+)
+
+// Config configures a Cache. The zero value of every field but Dir means
+// its default.
+type Config struct {
+	// Dir is the cache directory, created if missing. Every process that
+	// shares the node's cache opens the same Dir.
+	Dir string
+	// Capacity is the number of bytes of entry files (headers and stored
+	// chunk bytes) the cache may hold; 0 means unlimited.
+	Capacity int64
+	// HighWatermark is the fraction of Capacity above which eviction
+	// starts; 0 means DefaultHighWatermark. It must be in (0, 1].
+	HighWatermark float64
+	// LowWatermark is the fraction of Capacity eviction brings the cache
+	// down to; 0 means DefaultLowWatermark. It must be in (0, 1) and below
+	// HighWatermark.
+	LowWatermark float64
+	// Logger receives corrupt-entry warnings and eviction summaries; nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// Default returns the default configuration for dir: unlimited capacity and
+// the default watermarks.
+func Default(dir string) Config {
+	return Config{Dir: dir, HighWatermark: DefaultHighWatermark, LowWatermark: DefaultLowWatermark}
+}
+
+// withDefaults fills the zero fields.
+func (c Config) withDefaults() Config {
+	if c.HighWatermark == 0 {
+		c.HighWatermark = DefaultHighWatermark
+	}
+	if c.LowWatermark == 0 {
+		c.LowWatermark = DefaultLowWatermark
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every problem with c at once, each naming its field.
+// Zero watermarks are checked as their defaults.
+func (c Config) Validate() error {
+	d := c.withDefaults()
+	var errs []error
+	if c.Dir == "" {
+		errs = append(errs, errors.New("Dir: must be set"))
+	}
+	if c.Capacity < 0 {
+		errs = append(errs, fmt.Errorf("Capacity: %d is negative (0 means unlimited)", c.Capacity))
+	}
+	high, low := d.HighWatermark, d.LowWatermark
+	if math.IsNaN(high) || high <= 0 || high > 1 {
+		errs = append(errs, fmt.Errorf("HighWatermark: %v is outside (0, 1]", c.HighWatermark))
+	}
+	if math.IsNaN(low) || low <= 0 || low >= 1 {
+		errs = append(errs, fmt.Errorf("LowWatermark: %v is outside (0, 1)", c.LowWatermark))
+	} else if low >= high {
+		errs = append(errs, fmt.Errorf("LowWatermark: %v is not below HighWatermark %v", low, high))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cache config: %w", err)
+	}
+	return nil
+}
+
+// highBytes and lowBytes are the watermarks in bytes; both are 0 for an
+// unlimited cache.
+func (c Config) highBytes() int64 { return int64(float64(c.Capacity) * c.HighWatermark) }
+func (c Config) lowBytes() int64  { return int64(float64(c.Capacity) * c.LowWatermark) }

@@ -1,0 +1,119 @@
+package cache
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"damselfly/rafs"
+)
+
+// Rescan rebuilds the index from the directory and, if the directory holds
+// more than the high watermark, evicts least recently used entries down to
+// the low watermark. Put calls it when its index crosses the high watermark
+// and every (High-Low)/2 of Capacity it writes, which bounds how far
+// several processes together can overshoot (see CACHE.md).
+//
+// Rescan holds an exclusive flock on DIR/lock throughout, so one process
+// at a time rescans and evicts and each sees the others' evictions; it
+// blocks while another process holds the lock. The scan stats every entry
+// file and reads no content. Recency comes from file mtimes, which Get
+// refreshes, merged with this process's finer-grained record of its own
+// uses. Evicting unlinks files: readers that have one open keep reading,
+// later readers get ErrNotFound. It also deletes stale temp files and
+// files of impossible sizes. Rescan is safe for concurrent use; Get and
+// Put proceed during the scan.
+func (c *Cache) Rescan() error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	c.evictMu.Lock()
+	defer c.evictMu.Unlock()
+	return c.rescanLocked()
+}
+
+// evictFromPut runs a rescan for Put, unless one is already running in
+// this Cache: Put does not wait for another goroutine's eviction.
+func (c *Cache) evictFromPut() {
+	if !c.evictMu.TryLock() {
+		return
+	}
+	defer c.evictMu.Unlock()
+	if c.closed.Load() {
+		return
+	}
+	if err := c.rescanLocked(); err != nil {
+		c.log.Warn("cache: eviction failed", "dir", c.cfg.Dir, "err", err)
+	}
+}
+
+type victim struct {
+	digest rafs.Digest
+	size   int64
+}
+
+// rescanLocked is Rescan; the caller holds evictMu.
+func (c *Cache) rescanLocked() error {
+	unlock, err := lockDir(c.paths)
+	if err != nil {
+		c.n.errors.Add(1)
+		return err
+	}
+	defer unlock()
+
+	start := time.Now()
+	c.mu.Lock()
+	since := c.idx.seq
+	c.mu.Unlock()
+	res, err := scanDir(c.paths, start)
+	if err != nil {
+		c.n.errors.Add(1)
+		return err
+	}
+	c.n.corrupt.Add(uint64(res.corrupt))
+
+	c.mu.Lock()
+	c.idx.rebuild(res.entries, since)
+	c.written = 0
+	scannedBytes := c.idx.bytes
+	var victims []victim
+	if c.high > 0 && c.idx.bytes > c.high {
+		for c.idx.bytes > c.low {
+			d, size, ok := c.idx.popOldest()
+			if !ok {
+				break
+			}
+			victims = append(victims, victim{d, size})
+		}
+	}
+	c.mu.Unlock()
+
+	n, bytes := c.unlink(victims)
+	level := c.log.Debug
+	if n > 0 || res.corrupt > 0 || res.temps > 0 {
+		level = c.log.Info
+	}
+	level("cache: rescanned", "dir", c.cfg.Dir, "entries", len(res.entries), "bytes", scannedBytes,
+		"evicted", n, "evicted_bytes", bytes, "bad_size_deleted", res.corrupt,
+		"stale_temps_deleted", res.temps, "took", time.Since(start))
+	return nil
+}
+
+// unlink deletes the victims' files and counts what it deleted. A file
+// already gone was deleted by someone else and is not counted.
+func (c *Cache) unlink(victims []victim) (n int, bytes int64) {
+	for _, v := range victims {
+		err := os.Remove(c.paths.entry(v.digest))
+		switch {
+		case err == nil:
+			n++
+			bytes += v.size
+		case !isNotExist(err):
+			c.n.errors.Add(1)
+			c.log.Warn("cache: evict", "digest", v.digest, "err", fmt.Errorf("unlink: %w", err))
+		}
+	}
+	c.n.evictions.Add(uint64(n))
+	c.n.evictedBytes.Add(uint64(bytes))
+	return n, bytes
+}

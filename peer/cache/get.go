@@ -1,0 +1,124 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
+	"time"
+
+	"damselfly/rafs"
+)
+
+// touchInterval throttles the mtime refresh that makes a read visible to
+// other processes' eviction: at most one utimensat per entry per interval.
+const touchInterval = time.Minute
+
+// Get appends d's stored bytes to dst[:0] and returns them with their
+// metadata. The result aliases dst when its capacity suffices; the cache
+// keeps no reference to either. Get checks the header and the payload's
+// CRC32-C, not the chunk digest (ReadChunk does).
+//
+// It returns ErrNotFound when the cache does not hold d: never put,
+// evicted, deleted by hand (even the whole directory), or deleted by Get
+// itself because the file failed a check (counted in Stats.Corrupt). Other
+// errors are I/O failures of the cache's disk; callers treat them as a
+// miss too. A hit makes d the most recently used entry, here and, through
+// the file's mtime (refreshed at most once a minute), for every process
+// that shares the directory. Get may block on disk I/O; it is safe for
+// concurrent use, also with eviction: a file unlinked while it is read
+// stays readable.
+func (c *Cache) Get(d rafs.Digest, dst []byte) (Meta, []byte, error) {
+	if c.closed.Load() {
+		return Meta{}, nil, ErrClosed
+	}
+	path := c.paths.entry(d)
+	e, err := openEntry(path, d)
+	if e != nil {
+		defer e.Close()
+	}
+	var out []byte
+	if err == nil {
+		out, err = e.readPayload(dst)
+	}
+	if err != nil {
+		c.n.misses.Add(1)
+		return Meta{}, nil, c.readFailed(d, path, e, err)
+	}
+	c.used(d, path, e.fi)
+	c.n.hits.Add(1)
+	return e.hdr.meta, out, nil
+}
+
+// Has reports whether an entry file for d exists now, in this process's
+// index or not. It does not read or check the file, nor count as a use.
+func (c *Cache) Has(d rafs.Digest) bool {
+	if c.closed.Load() {
+		return false
+	}
+	fi, err := os.Lstat(c.paths.entry(d))
+	if err != nil {
+		if isNotExist(err) {
+			c.forget(d)
+		}
+		return false
+	}
+	return fi.Mode().IsRegular()
+}
+
+// readFailed turns a failure to read d's entry at path into Get's error.
+// A missing file is ErrNotFound. A corrupt one is deleted (unless e shows
+// that the file now at path is another one, put since it was opened) and
+// reported as ErrNotFound. Anything else is an I/O error.
+func (c *Cache) readFailed(d rafs.Digest, path string, e *entryFile, err error) error {
+	switch {
+	case isNotExist(err):
+		c.forget(d)
+		return ErrNotFound
+	case errors.Is(err, errCorrupt):
+		c.discard(d, path, e)
+		c.log.Warn("cache: deleted corrupt entry", "digest", d, "path", path, "err", err)
+		return fmt.Errorf("%w: %s: deleted corrupt entry: %v", ErrNotFound, d, err)
+	}
+	c.n.errors.Add(1)
+	return fmt.Errorf("cache: read %s: %w", d, err)
+}
+
+// discard deletes the corrupt file at path that e (if not nil) has open,
+// and forgets d.
+func (c *Cache) discard(d rafs.Digest, path string, e *entryFile) {
+	c.n.corrupt.Add(1)
+	c.forget(d)
+	if e != nil && e.fi != nil {
+		if now, err := os.Lstat(path); err != nil || !os.SameFile(now, e.fi) {
+			return // gone, or replaced by a fresh write
+		}
+	}
+	if err := os.Remove(path); err != nil && !isNotExist(err) {
+		c.n.errors.Add(1)
+		c.log.Warn("cache: delete corrupt entry", "path", path, "err", err)
+	}
+}
+
+// used records a hit on d, whose file at path fi describes: most recently
+// used in the index, and in the file's mtime when that is older than
+// touchInterval.
+func (c *Cache) used(d rafs.Digest, path string, fi fs.FileInfo) {
+	now := time.Now()
+	if now.Sub(fi.ModTime()) >= touchInterval {
+		// Best effort: the file may be gone, or owned by another user.
+		_ = os.Chtimes(path, time.Time{}, now)
+	}
+	c.mu.Lock()
+	if !c.idx.touch(d, now.UnixNano()) {
+		c.idx.add(d, fi.Size(), now.UnixNano()) // another process put it
+	}
+	c.mu.Unlock()
+}
+
+// isNotExist reports whether err means that a file or a directory above it
+// is missing.
+func isNotExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
+}

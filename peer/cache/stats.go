@@ -1,0 +1,46 @@
+package cache
+
+import "sync/atomic"
+
+// Stats is a snapshot of a Cache's counters. Entries and Bytes describe
+// this process's index (see Digests); the counters count since Open, in
+// this process only.
+type Stats struct {
+	Entries  int   // entries in the index
+	Bytes    int64 // bytes of their files, headers included
+	Capacity int64 // Config.Capacity; 0 means unlimited
+
+	Hits         uint64 // Get and ReadChunk calls that returned a chunk
+	Misses       uint64 // Get and ReadChunk calls that did not
+	Puts         uint64 // successful Put and PutChunk calls
+	Evictions    uint64 // entry files this process deleted to make room
+	EvictedBytes uint64 // bytes of those files
+	Corrupt      uint64 // entry files deleted because they failed a check
+	Errors       uint64 // I/O failures, ENOSPC included
+}
+
+type counters struct {
+	hits, misses, puts      atomic.Uint64
+	evictions, evictedBytes atomic.Uint64
+	corrupt, errors         atomic.Uint64
+}
+
+// Stats returns a snapshot of the counters. It is cheap and safe to call
+// at any time, also after Close.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	entries, bytes := c.idx.len(), c.idx.bytes
+	c.mu.Unlock()
+	return Stats{
+		Entries:      entries,
+		Bytes:        bytes,
+		Capacity:     c.cfg.Capacity,
+		Hits:         c.n.hits.Load(),
+		Misses:       c.n.misses.Load(),
+		Puts:         c.n.puts.Load(),
+		Evictions:    c.n.evictions.Load(),
+		EvictedBytes: c.n.evictedBytes.Load(),
+		Corrupt:      c.n.corrupt.Load(),
+		Errors:       c.n.errors.Load(),
+	}
+}
