@@ -1,0 +1,374 @@
+package fusemount
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"damselfly/fusemount/backend"
+	"damselfly/peer/cache"
+	"damselfly/rafs"
+	"damselfly/rafs/image"
+	"damselfly/rafs/transport"
+)
+
+// Options say what to mount where.
+type Options struct {
+	// Image is a transport reference (oci:, docker://) to a RAFS image.
+	Image string
+	// Bootstrap is a local bootstrap file, used instead of Image, with its
+	// blobs in BlobDir (default: the bootstrap's directory) unless the
+	// config names a backend.
+	Bootstrap string
+	BlobDir   string
+	// Mountpoint is an existing directory.
+	Mountpoint string
+	Config     Config
+	Transport  transport.Options
+	Logger     *slog.Logger
+	// Version is reported by the control API.
+	Version string
+	// Ready, if set, is called once the filesystem is mounted and served.
+	Ready func(*Daemon)
+}
+
+// Daemon is one mounted image. It lives exactly as long as its mount.
+type Daemon struct {
+	opts    Options
+	log     *slog.Logger
+	image   string
+	digest  string
+	boot    *rafs.Bootstrap
+	cache   *cache.Cache
+	be      *backendAdapter
+	fetcher *Fetcher
+	metrics *Metrics
+	server  *fuse.Server
+	started time.Time
+	state   stateBox
+	pf      *prefetcher
+}
+
+type stateBox struct {
+	mu sync.Mutex
+	s  string
+}
+
+func (b *stateBox) set(s string) { b.mu.Lock(); b.s = s; b.mu.Unlock() }
+func (b *stateBox) get() string  { b.mu.Lock(); defer b.mu.Unlock(); return b.s }
+
+// ErrAlreadyMounted is returned when the mountpoint is already a live mount.
+var ErrAlreadyMounted = errors.New("already mounted")
+
+// SocketPath is the default control socket of a mountpoint.
+func SocketPath(mountpoint string) string {
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		abs = mountpoint
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(abs)))
+	return filepath.Join(runDir(), fmt.Sprintf("mount-%x.sock", sum[:8]))
+}
+
+func runDir() string {
+	if os.Geteuid() == 0 {
+		return "/run/damselfly"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "damselfly")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("damselfly-%d", os.Getuid()))
+}
+
+// Run mounts the image and serves it until the mountpoint is unmounted
+// (by anyone) or ctx is cancelled, which unmounts it. It returns only when
+// nothing it started is left running.
+func Run(ctx context.Context, opts Options) (err error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := opts.Config.Validate(); err != nil {
+		return fmt.Errorf("invalid mount config:\n%w", err)
+	}
+	d := &Daemon{opts: opts, log: opts.Logger, metrics: NewMetrics(), started: time.Now()}
+	d.state.set("starting")
+	var cleanups []func() error
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			err = errors.Join(err, cleanups[i]())
+		}
+	}()
+
+	mp, err := prepareMountpoint(opts.Mountpoint, d.log)
+	if err != nil {
+		return err
+	}
+	if err := d.open(ctx); err != nil {
+		return err
+	}
+	cleanups = append(cleanups, d.boot.Close, d.be.Close)
+	if c := opts.Config.Cache; c.Dir != "" {
+		d.cache, err = cache.Open(cache.Config{Dir: c.Dir, Capacity: c.Capacity, HighWatermark: c.HighWatermark, LowWatermark: c.LowWatermark, Logger: d.log})
+		if err != nil {
+			return fmt.Errorf("node cache: %w", err)
+		}
+		cleanups = append(cleanups, d.cache.Close)
+	}
+	d.fetcher, err = NewFetcher(d.boot, d.cache, d.be, FetcherConfig{
+		AmplifyIO: opts.Config.AmplifyIO, MemoryBytes: opts.Config.MemoryBytes, ReadaheadChunks: opts.Config.ReadaheadChunks,
+	}, d.metrics, d.log)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, func() error { d.fetcher.Close(); return nil })
+
+	fsys := newRafsFS(d.boot, d.fetcher, d.image, opts.Config.EntryTimeout, d.log)
+	root := os.Geteuid() == 0
+	allowOther := root
+	if opts.Config.AllowOther != nil {
+		allowOther = *opts.Config.AllowOther
+	}
+	d.server, err = fuse.NewServer(fsys, mp, &fuse.MountOptions{
+		FsName:        "damselfly:" + d.image,
+		Name:          "damselfly",
+		Options:       []string{"ro", "default_permissions"},
+		AllowOther:    allowOther,
+		DirectMount:   root,
+		MaxWrite:      1 << 20,
+		MaxReadAhead:  1 << 20,
+		MaxBackground: 64,
+		Logger:        nil,
+	})
+	if err != nil {
+		return fmt.Errorf("mount %s: %w", mp, err)
+	}
+	served := make(chan struct{})
+	go func() {
+		d.server.Serve()
+		close(served)
+	}()
+	if err := d.server.WaitMount(); err != nil {
+		d.unmount(mp)
+		<-served
+		return fmt.Errorf("mount %s: %w", mp, err)
+	}
+	d.state.set("running")
+	d.log.Info("mounted", "image", d.image, "mountpoint", mp, "files", d.boot.InodeCount(), "ready_after", time.Since(d.started).Round(time.Millisecond))
+
+	api, err := startAPI(d, opts.Config.APISocket, mp)
+	if err != nil {
+		d.unmount(mp)
+		<-served
+		return err
+	}
+	cleanups = append(cleanups, api.Close)
+
+	pctx, stopPrefetch := context.WithCancel(ctx)
+	if opts.Config.Prefetch.Enable {
+		d.pf = startPrefetch(pctx, d.boot, d.fetcher, opts.Config.Prefetch, d.metrics, d.log)
+	}
+	if opts.Ready != nil {
+		opts.Ready(d)
+	}
+
+	select {
+	case <-served:
+		d.log.Info("unmounted externally; exiting", "mountpoint", mp)
+	case <-ctx.Done():
+		d.state.set("stopping")
+		d.log.Info("signal received; unmounting", "mountpoint", mp)
+		d.unmount(mp)
+		<-served
+	}
+	d.state.set("stopped")
+	stopPrefetch()
+	if d.pf != nil {
+		d.pf.wait()
+	}
+	return nil
+}
+
+// unmount detaches the filesystem; a lazy detach when it is busy, so the
+// daemon never outlives its mount.
+func (d *Daemon) unmount(mp string) {
+	if err := d.server.Unmount(); err == nil {
+		return
+	} else {
+		d.log.Warn("unmount failed; detaching lazily", "mountpoint", mp, "err", err)
+	}
+	if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil {
+		d.log.Error("lazy unmount failed", "mountpoint", mp, "err", err)
+	}
+}
+
+// open resolves the image to a verified bootstrap and a backend.
+func (d *Daemon) open(ctx context.Context) error {
+	o := d.opts
+	cfg := o.Config.Backend
+	switch {
+	case o.Bootstrap != "":
+		b, err := rafs.Open(o.Bootstrap, rafs.OpenOptions{})
+		if err != nil {
+			return err
+		}
+		d.boot, d.image = b, o.Bootstrap
+		if cfg.Type == "" || (cfg.Type == "registry" && cfg.Host == "") {
+			dir := o.BlobDir
+			if dir == "" {
+				dir = filepath.Dir(o.Bootstrap)
+			}
+			d.be = &backendAdapter{local: rafs.NewDirBlobs(dir)}
+			return nil
+		}
+	case o.Image != "":
+		ref, err := transport.Parse(o.Image, o.Transport)
+		if err != nil {
+			return err
+		}
+		img, err := image.Open(ctx, o.Image, image.Options{Transport: o.Transport})
+		if err != nil {
+			return err
+		}
+		// The image's own blob reader is not used for chunk reads; the
+		// backend chain below is. Keep only the verified bootstrap.
+		d.boot, d.image, d.digest = img.Bootstrap(), o.Image, img.Digest.String()
+		switch ref.Transport {
+		case transport.OCI:
+			if cfg.Type == "" || cfg.Type == "registry" && cfg.Host == "" {
+				cfg.Type, cfg.Dir = "oci", ref.Path
+			}
+		case transport.Docker:
+			if cfg.Host == "" {
+				cfg.Host = ref.Name.Context().RegistryStr()
+			}
+			if cfg.Repo == "" {
+				cfg.Repo = ref.Name.Context().RepositoryStr()
+			}
+			if cfg.Scheme == "" {
+				cfg.Scheme = ref.Name.Context().Scheme()
+			}
+		default:
+			return fmt.Errorf("%s: cannot mount a %s image lazily; convert it to an oci: layout or a registry", o.Image, ref.Transport)
+		}
+	default:
+		return errors.New("nothing to mount: give an image or a bootstrap")
+	}
+	be, err := backend.New(cfg, backend.WithLogger(d.log))
+	if err != nil {
+		d.boot.Close()
+		return fmt.Errorf("backend: %w", err)
+	}
+	d.be = &backendAdapter{remote: be}
+	return nil
+}
+
+// prepareMountpoint checks the mountpoint: it must be a directory; a stale
+// FUSE mount (its daemon died: ENOTCONN) is detached; a live mount is an
+// error.
+func prepareMountpoint(mp string, log *slog.Logger) (string, error) {
+	abs, err := filepath.Abs(mp)
+	if err != nil {
+		return "", err
+	}
+	// statfs always reaches a FUSE daemon (stat may be answered from the
+	// kernel's attribute cache), so it is what tells a dead one.
+	var sfs unix.Statfs_t
+	err = unix.Statfs(abs, &sfs)
+	if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
+		log.Warn("stale mount found (its daemon is gone); detaching it", "mountpoint", abs)
+		if err := unix.Unmount(abs, unix.MNT_DETACH); err != nil {
+			return "", fmt.Errorf("detach stale mount %s: %w", abs, err)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(abs, &st); err != nil {
+		return "", fmt.Errorf("mountpoint %s: %w", abs, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return "", fmt.Errorf("mountpoint %s is not a directory", abs)
+	}
+	mounted, err := isMountpoint(abs)
+	if err != nil {
+		return "", err
+	}
+	if mounted {
+		return "", fmt.Errorf("mountpoint %s: %w (run `damselfly umount %s` first)", abs, ErrAlreadyMounted, abs)
+	}
+	return abs, nil
+}
+
+// isMountpoint reports whether dir is the mount point of a mount, from
+// /proc/self/mountinfo.
+func isMountpoint(dir string) (bool, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && unescapeMountinfo(f[4]) == dir {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range s[i+1 : i+4] {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + byte(c-'0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Unmount unmounts mountpoint, the way `damselfly umount` does: a normal
+// unmount, falling back to fusermount3 for unprivileged users.
+func Unmount(mountpoint string) error {
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return err
+	}
+	err = unix.Unmount(abs, 0)
+	if err == nil || errors.Is(err, unix.EINVAL) && !mustBeMounted(abs) {
+		return nil
+	}
+	if errors.Is(err, unix.EPERM) {
+		return fusermountUnmount(abs)
+	}
+	return fmt.Errorf("unmount %s: %w", abs, err)
+}
+
+func mustBeMounted(dir string) bool {
+	ok, _ := isMountpoint(dir)
+	return ok
+}

@@ -1,0 +1,369 @@
+package fusemount
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"damselfly/rafs"
+)
+
+// rafsFS serves a bootstrap through go-fuse's raw API. FUSE node IDs are
+// the bootstrap's inode numbers (the root is 1 in both), so the kernel's
+// view maps onto the mapped bootstrap with no in-memory tree: memory does
+// not grow with the files looked up, inode numbers are stable across
+// mounts, and hardlinks are one node. Everything is read-only; the mount
+// carries "ro", so the kernel answers writes with EROFS itself.
+type rafsFS struct {
+	fuse.RawFileSystem
+	b       *rafs.Bootstrap
+	chunks  ChunkReader
+	log     *slog.Logger
+	timeout time.Duration // entry and attr validity: the tree never changes
+	image   string
+	handles sync.Map // fh -> *handle
+	nextFh  uint64
+	mu      sync.Mutex
+}
+
+// ChunkReader is what the filesystem reads file contents through.
+type ChunkReader interface {
+	// ReadChunk fills dst (len == c.Size) with the verified bytes of c.
+	ReadChunk(ctx context.Context, c rafs.Chunk, dst []byte) error
+	// ReadChunkAt fills p with bytes [off, off+len(p)) of chunk c, which
+	// lets the reader serve parts of a chunk from memory without copying
+	// the whole chunk.
+	ReadChunkAt(ctx context.Context, c rafs.Chunk, off int, p []byte) error
+}
+
+func newRafsFS(b *rafs.Bootstrap, chunks ChunkReader, image string, timeout time.Duration, log *slog.Logger) *rafsFS {
+	return &rafsFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), b: b, chunks: chunks, image: image, timeout: timeout, log: log}
+}
+
+func (f *rafsFS) String() string { return "damselfly" }
+
+// errno maps errors to FUSE status codes. Only this adapter does that.
+func errno(err error) fuse.Status {
+	switch {
+	case err == nil:
+		return fuse.OK
+	case errors.Is(err, fs.ErrNotExist):
+		return fuse.ENOENT
+	case errors.Is(err, context.Canceled):
+		return fuse.EINTR
+	case errors.Is(err, rafs.ErrCorrupt):
+		return fuse.EIO
+	}
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		return fuse.Status(en)
+	}
+	return fuse.EIO
+}
+
+func (f *rafsFS) fillAttr(in rafs.Inode, a *fuse.Attr) {
+	a.Ino = uint64(in.Ino)
+	a.Size = in.Size
+	a.Blocks = (in.Size + 511) / 512
+	a.Mtime, a.Mtimensec = uint64(in.MtimeSec), in.MtimeNsec
+	a.Atime, a.Atimensec = a.Mtime, a.Mtimensec
+	a.Ctime, a.Ctimensec = a.Mtime, a.Mtimensec
+	a.Mode = in.Mode
+	a.Nlink = in.Nlink
+	a.Uid, a.Gid = in.UID, in.GID
+	a.Rdev = encodeDev(in.RdevMajor, in.RdevMinor)
+	a.Blksize = 4096
+}
+
+// encodeDev packs a device number the way the kernel's FUSE ABI expects
+// (new_encode_dev: 12 bits of major, 20 of minor).
+func encodeDev(major, minor uint32) uint32 {
+	return (minor & 0xff) | (major&0xfff)<<8 | (minor&^0xff)<<12
+}
+
+func (f *rafsFS) entry(in rafs.Inode, out *fuse.EntryOut) {
+	out.NodeId = uint64(in.Ino)
+	out.Generation = 1
+	out.SetEntryTimeout(f.timeout)
+	out.SetAttrTimeout(f.timeout)
+	f.fillAttr(in, &out.Attr)
+}
+
+func (f *rafsFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	in, err := f.b.Lookup(rafs.Ino(h.NodeId), name)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// A negative entry may be cached as long as a positive one.
+			out.NodeId = 0
+			out.SetEntryTimeout(f.timeout)
+		}
+		return errno(err)
+	}
+	f.entry(in, out)
+	return fuse.OK
+}
+
+func (f *rafsFS) Forget(nodeid, nlookup uint64) {}
+
+func (f *rafsFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	ino, err := f.b.Inode(rafs.Ino(in.NodeId))
+	if err != nil {
+		return errno(err)
+	}
+	out.SetTimeout(f.timeout)
+	f.fillAttr(ino, &out.Attr)
+	return fuse.OK
+}
+
+func (f *rafsFS) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
+	if in.Mask&2 != 0 { // W_OK
+		return fuse.EROFS
+	}
+	return fuse.OK
+}
+
+func (f *rafsFS) Readlink(cancel <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
+	in, err := f.b.Inode(rafs.Ino(h.NodeId))
+	if err != nil {
+		return nil, errno(err)
+	}
+	t, err := f.b.Readlink(in)
+	if err != nil {
+		return nil, fuse.EINVAL
+	}
+	return []byte(t), fuse.OK
+}
+
+func (f *rafsFS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
+	in, err := f.b.Inode(rafs.Ino(h.NodeId))
+	if err != nil {
+		return 0, errno(err)
+	}
+	xs, err := f.b.Xattrs(in)
+	if err != nil {
+		return 0, errno(err)
+	}
+	for _, x := range xs {
+		if x.Name == attr {
+			if len(dest) == 0 {
+				return uint32(len(x.Value)), fuse.OK
+			}
+			if len(dest) < len(x.Value) {
+				return uint32(len(x.Value)), fuse.ERANGE
+			}
+			return uint32(copy(dest, x.Value)), fuse.OK
+		}
+	}
+	return 0, fuse.ENOATTR
+}
+
+func (f *rafsFS) ListXAttr(cancel <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
+	in, err := f.b.Inode(rafs.Ino(h.NodeId))
+	if err != nil {
+		return 0, errno(err)
+	}
+	xs, err := f.b.Xattrs(in)
+	if err != nil {
+		return 0, errno(err)
+	}
+	n := 0
+	for _, x := range xs {
+		n += len(x.Name) + 1
+	}
+	if len(dest) == 0 {
+		return uint32(n), fuse.OK
+	}
+	if len(dest) < n {
+		return uint32(n), fuse.ERANGE
+	}
+	off := 0
+	for _, x := range xs {
+		off += copy(dest[off:], x.Name)
+		dest[off] = 0
+		off++
+	}
+	return uint32(n), fuse.OK
+}
+
+func (f *rafsFS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	out.Bsize = 4096
+	out.Frsize = 4096
+	out.NameLen = rafs.MaxNameLen
+	out.Files = uint64(f.b.InodeCount())
+	var bytes uint64
+	blobs, err := f.b.Blobs()
+	if err == nil {
+		for _, b := range blobs {
+			bytes += b.UncompressedSize
+		}
+	}
+	out.Blocks = (bytes + 4095) / 4096
+	return fuse.OK
+}
+
+// handle is an open regular file: the inode, decoded once.
+type handle struct {
+	in rafs.Inode
+}
+
+func (f *rafsFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	if in.Flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND|syscall.O_CREAT) != 0 {
+		return fuse.EROFS
+	}
+	ino, err := f.b.Inode(rafs.Ino(in.NodeId))
+	if err != nil {
+		return errno(err)
+	}
+	if !ino.IsReg() {
+		return fuse.EINVAL
+	}
+	f.mu.Lock()
+	f.nextFh++
+	fh := f.nextFh
+	f.mu.Unlock()
+	f.handles.Store(fh, &handle{in: ino})
+	out.Fh = fh
+	// The content never changes: keep the page cache across opens.
+	out.OpenFlags = fuse.FOPEN_KEEP_CACHE
+	return fuse.OK
+}
+
+func (f *rafsFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	f.handles.Delete(in.Fh)
+}
+
+func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	v, ok := f.handles.Load(in.Fh)
+	if !ok {
+		return nil, fuse.EBADF
+	}
+	ino := v.(*handle).in
+	if in.Offset >= ino.Size {
+		return fuse.ReadResultData(nil), fuse.OK
+	}
+	size := min(uint64(len(buf)), ino.Size-in.Offset)
+	ctx, stop := cancelContext(cancel)
+	defer stop()
+	cs := uint64(f.b.ChunkSize())
+	done := uint64(0)
+	for done < size {
+		off := in.Offset + done
+		idx := off / cs
+		c, err := f.b.FileChunk(ino, uint32(idx))
+		if err != nil {
+			f.log.Error("read failed: bad chunk table", "image", f.image, "inode", ino.Ino, "offset", off, "err", err)
+			return nil, fuse.EIO
+		}
+		within := int(off - idx*cs)
+		n := min(size-done, uint64(int(c.Size)-within))
+		if err := f.chunks.ReadChunkAt(ctx, c, within, buf[done:done+n]); err != nil {
+			if ctx.Err() != nil {
+				return nil, fuse.EINTR
+			}
+			f.log.Error("read failed", "image", f.image, "inode", ino.Ino, "offset", off, "chunk", c.Digest.String(), "err", err)
+			return nil, fuse.EIO
+		}
+		done += n
+	}
+	return fuse.ReadResultData(buf[:size]), fuse.OK
+}
+
+// cancelContext turns go-fuse's cancel channel (closed when the kernel
+// interrupts the request) into a context.
+func cancelContext(cancel <-chan struct{}) (context.Context, func()) {
+	ctx, stop := context.WithCancel(context.Background())
+	if cancel == nil {
+		return ctx, stop
+	}
+	go func() {
+		select {
+		case <-cancel:
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, stop
+}
+
+func (f *rafsFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	ino, err := f.b.Inode(rafs.Ino(in.NodeId))
+	if err != nil {
+		return errno(err)
+	}
+	if !ino.IsDir() {
+		return fuse.ENOTDIR
+	}
+	out.OpenFlags = fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_CACHE_DIR
+	return fuse.OK
+}
+
+func (f *rafsFS) ReleaseDir(in *fuse.ReleaseIn) {}
+
+func (f *rafsFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return f.readDir(in, out, false)
+}
+
+func (f *rafsFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return f.readDir(in, out, true)
+}
+
+// readDir lists from stream position in.Offset: 0 is ".", 1 "..", then
+// the dirents in order. Positions are stable, so a listing resumed at any
+// offset continues where it left off.
+func (f *rafsFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+	dir, err := f.b.Inode(rafs.Ino(in.NodeId))
+	if err != nil {
+		return errno(err)
+	}
+	if !dir.IsDir() {
+		return fuse.ENOTDIR
+	}
+	ents, err := f.b.ReadDir(dir.Ino)
+	if err != nil {
+		f.log.Error("readdir failed", "image", f.image, "inode", dir.Ino, "err", err)
+		return fuse.EIO
+	}
+	for pos := in.Offset; pos < uint64(len(ents))+2; pos++ {
+		var e fuse.DirEntry
+		var child rafs.Inode
+		switch pos {
+		case 0:
+			e = fuse.DirEntry{Name: ".", Ino: uint64(dir.Ino), Mode: rafs.ModeDir}
+			child = dir
+		case 1:
+			parent, err := f.b.Inode(dir.Parent)
+			if err != nil {
+				return errno(err)
+			}
+			e = fuse.DirEntry{Name: "..", Ino: uint64(parent.Ino), Mode: rafs.ModeDir}
+			child = parent
+		default:
+			d := ents[pos-2]
+			if child, err = f.b.Inode(d.Ino); err != nil {
+				return errno(err)
+			}
+			e = fuse.DirEntry{Name: d.Name, Ino: uint64(d.Ino), Mode: child.Mode}
+		}
+		e.Off = pos + 1
+		if !plus {
+			if !out.AddDirEntry(e) {
+				break
+			}
+			continue
+		}
+		eo := out.AddDirLookupEntry(e)
+		if eo == nil {
+			break
+		}
+		if pos >= 2 {
+			f.entry(child, eo)
+		}
+	}
+	return fuse.OK
+}

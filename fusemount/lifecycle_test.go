@@ -1,0 +1,303 @@
+package fusemount
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+
+	"damselfly/rafs/image"
+	"damselfly/rafs/rafstest"
+	"damselfly/rafs/transport"
+)
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestExternalUnmountStopsDaemon(t *testing.T) {
+	layout, _ := corpusLayout(t)
+	for _, how := range []string{"umount", "umount -l", "fusermount3 -u"} {
+		t.Run(how, func(t *testing.T) {
+			if strings.HasPrefix(how, "fusermount3") {
+				rafstest.RequireTool(t, "fusermount3")
+			}
+			mp, _, done := mountT(t, Options{Image: "oci:" + layout + ":symlinks-rafs", Config: testConfig(t)})
+			args := strings.Fields(how)
+			if out, err := exec.Command(args[0], append(args[1:], mp)...).CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v: %s", how, err, out)
+			}
+			select {
+			case <-done.done:
+				if done.err != nil {
+					t.Fatalf("daemon exit: %v", done.err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("daemon still running 20s after external unmount")
+			}
+			if ok, _ := isMountpoint(mp); ok {
+				t.Error("mountpoint still mounted")
+			}
+		})
+	}
+}
+
+func TestAlreadyMounted(t *testing.T) {
+	layout, _ := corpusLayout(t)
+	mp, _, _ := mountT(t, Options{Image: "oci:" + layout + ":names-rafs", Config: testConfig(t)})
+	err := Run(context.Background(), Options{Image: "oci:" + layout + ":names-rafs", Mountpoint: mp, Config: testConfig(t)})
+	if !errors.Is(err, ErrAlreadyMounted) {
+		t.Fatalf("second mount: got %v, want ErrAlreadyMounted", err)
+	}
+}
+
+// buildBinary builds cmd/damselfly once for the subprocess tests.
+var binOnce struct {
+	sync.Once
+	path string
+	err  error
+}
+
+func damselflyBinary(t testing.TB) string {
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "damselfly-bin-")
+		if err != nil {
+			binOnce.err = err
+			return
+		}
+		binOnce.path = filepath.Join(dir, "damselfly")
+		out, err := exec.Command("go", "build", "-o", binOnce.path, "damselfly/cmd/damselfly").CombinedOutput()
+		if err != nil {
+			binOnce.err = errors.New(string(out))
+		}
+	})
+	if binOnce.err != nil {
+		t.Fatalf("build damselfly: %v", binOnce.err)
+	}
+	return binOnce.path
+}
+
+// startDaemon runs `damselfly mount` as a process and waits for the mount.
+func startDaemon(t *testing.T, ref, mp, cfgFile string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(damselflyBinary(t), "mount", "--config", cfgFile, ref, mp)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		syscall.Unmount(mp, syscall.MNT_DETACH)
+	})
+	waitFor(t, "daemon to mount", 30*time.Second, func() bool {
+		ok, _ := isMountpoint(mp)
+		var sfs syscall.Statfs_t
+		return ok && syscall.Statfs(mp, &sfs) == nil && sfs.Files > 0
+	})
+	return cmd
+}
+
+func writeConfig(t *testing.T, cacheDir string) string {
+	p := filepath.Join(t.TempDir(), "mount.yaml")
+	if err := os.WriteFile(p, []byte("cache:\n  dir: "+cacheDir+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSignalsAndStaleMounts(t *testing.T) {
+	requireFUSE(t)
+	layout, _ := corpusLayout(t)
+	ref := "oci:" + layout + ":meta-rafs"
+	cfg := writeConfig(t, filepath.Join(t.TempDir(), "cache"))
+	mp := t.TempDir()
+
+	// SIGTERM unmounts and exits.
+	cmd := startDaemon(t, ref, mp, cfg)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("daemon exit after SIGTERM: %v", err)
+	}
+	if ok, _ := isMountpoint(mp); ok {
+		t.Fatal("still mounted after SIGTERM")
+	}
+
+	// SIGKILL leaves a stale mount (ENOTCONN); the next start cleans it.
+	cmd = startDaemon(t, ref, mp, cfg)
+	cmd.Process.Kill()
+	cmd.Wait()
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(mp, &sfs); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("after SIGKILL: statfs got %v, want ENOTCONN", err)
+	}
+	startDaemon(t, ref, mp, cfg)
+	if _, err := os.ReadDir(filepath.Join(mp, "meta")); err != nil {
+		t.Fatalf("remounted over a stale mount: %v", err)
+	}
+	if out, err := exec.Command(damselflyBinary(t), "umount", mp).CombinedOutput(); err != nil {
+		t.Fatalf("damselfly umount: %v: %s", err, out)
+	}
+	if ok, _ := isMountpoint(mp); ok {
+		t.Fatal("still mounted after damselfly umount")
+	}
+}
+
+// TestCacheDeletedUnderMount: removing the node cache directory while
+// mounted never turns into EIO; chunks are fetched again.
+func TestCacheDeletedUnderMount(t *testing.T) {
+	layout, _ := corpusLayout(t)
+	cfg := testConfig(t)
+	cfg.MemoryBytes = 1 << 20
+	cfg.Prefetch.Enable = false
+	mp, _, _ := mountT(t, Options{Image: "oci:" + layout + ":sizes-rafs", Config: cfg})
+	var files []string
+	filepath.WalkDir(mp, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			files = append(files, p)
+		}
+		return nil
+	})
+	for i, p := range files {
+		if i == len(files)/2 {
+			if err := os.RemoveAll(cfg.Cache.Dir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := os.ReadFile(p); err != nil {
+			t.Fatalf("read %s after the cache was deleted: %v", p, err)
+		}
+	}
+}
+
+// flakyRegistry serves a go-containerregistry registry and can corrupt or
+// refuse blob range requests.
+type flakyRegistry struct {
+	h        http.Handler
+	corrupt  atomic.Int32 // corrupt this many blob responses
+	fail     atomic.Int32 // answer 503 to this many blob requests
+	blobGets atomic.Int32
+}
+
+func (f *flakyRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") && r.Header.Get("Range") != "" {
+		f.blobGets.Add(1)
+		if f.fail.Add(-1) >= 0 {
+			http.Error(w, "try later", http.StatusServiceUnavailable)
+			return
+		}
+		if f.corrupt.Add(-1) >= 0 {
+			rec := httptest.NewRecorder()
+			f.h.ServeHTTP(rec, r)
+			body := rec.Body.Bytes()
+			if len(body) > 0 {
+				body[len(body)/2] ^= 0xff
+			}
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			w.Write(body)
+			return
+		}
+	}
+	f.h.ServeHTTP(w, r)
+}
+
+func pushToRegistry(t *testing.T, layout, tag string) (*flakyRegistry, string) {
+	t.Helper()
+	fr := &flakyRegistry{h: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}
+	srv := httptest.NewServer(fr)
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	ctx := context.Background()
+	src, err := transport.Parse("oci:"+layout+":"+tag, transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := transport.ReadImage(ctx, src, transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := "docker://" + host + "/corpus/" + strings.TrimSuffix(tag, "-rafs") + ":rafs"
+	dst, err := transport.Parse(ref, transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := transport.WriteImage(ctx, dst, img, transport.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return fr, ref
+}
+
+func TestRegistryFaults(t *testing.T) {
+	layout, _ := corpusLayout(t)
+	fr, ref := pushToRegistry(t, layout, "sizes-rafs")
+	// The expected bytes come from the local copy, not the flaky registry.
+	img, err := image.Open(context.Background(), "oci:"+layout+":sizes-rafs", image.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	fsys := img.FS(context.Background())
+
+	cfg := testConfig(t)
+	cfg.Prefetch.Enable = false
+	fr.corrupt.Store(2)
+	fr.fail.Store(3)
+	mp, d, _ := mountT(t, Options{Image: ref, Config: cfg})
+	err = fs.WalkDir(fsys, ".", func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		want, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		got, err := os.ReadFile(filepath.Join(mp, p))
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(got, want) {
+			return errors.New(p + ": bytes differ")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := d.Status(mp)
+	if st.Verify < 1 {
+		t.Errorf("verify failures: got %d, want >= 1 (corrupt responses were served)", st.Verify)
+	}
+	if st.Errors != 0 {
+		t.Errorf("read errors: got %d, want 0", st.Errors)
+	}
+	if fr.corrupt.Load() > 0 || fr.fail.Load() > 0 {
+		t.Errorf("faults not all consumed: corrupt %d fail %d", fr.corrupt.Load(), fr.fail.Load())
+	}
+}

@@ -1,0 +1,68 @@
+package fusemount
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Sources a read can be served from.
+const (
+	SourceMemory   = "memory"   // decoded chunk already in the daemon
+	SourceCache    = "cache"    // the node cache on disk
+	SourceShared   = "shared"   // joined a fetch another reader started
+	SourceProxy    = "proxy"    // the node's peer
+	SourceRegistry = "registry" // the origin registry directly
+	SourceOCI      = "oci"      // a local OCI layout
+)
+
+// Metrics are the mount daemon's counters, exported as Prometheus text on
+// the control socket and summarised by `damselfly status`.
+type Metrics struct {
+	Registry       *prometheus.Registry
+	reads          *prometheus.CounterVec
+	readBytes      *prometheus.CounterVec
+	readSeconds    *prometheus.HistogramVec
+	backendBytes   *prometheus.CounterVec
+	cacheHits      prometheus.Counter
+	cacheMisses    prometheus.Counter
+	cacheErrors    prometheus.Counter
+	verifyFailures prometheus.Counter
+	errors         prometheus.Counter
+	inflight       prometheus.Gauge
+	prefetchDone   prometheus.Gauge
+	prefetchTotal  prometheus.Gauge
+}
+
+// NewMetrics registers the metrics on a new registry.
+func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: r,
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "damselfly_mount_reads_total",
+			Help: "Chunk reads served, by source."}, []string{"source"}),
+		readBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "damselfly_mount_read_bytes_total",
+			Help: "Bytes returned to readers, by source."}, []string{"source"}),
+		readSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "damselfly_mount_read_seconds",
+			Help: "Latency of chunk reads, by source.", Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10)}, []string{"source"}),
+		backendBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "damselfly_mount_backend_bytes_total",
+			Help: "Stored bytes fetched from backends, by source."}, []string{"source"}),
+		cacheHits:      prometheus.NewCounter(prometheus.CounterOpts{Name: "damselfly_mount_cache_hits_total", Help: "Node cache hits."}),
+		cacheMisses:    prometheus.NewCounter(prometheus.CounterOpts{Name: "damselfly_mount_cache_misses_total", Help: "Node cache misses."}),
+		cacheErrors:    prometheus.NewCounter(prometheus.CounterOpts{Name: "damselfly_mount_cache_write_errors_total", Help: "Failed node cache writes (disk full and others)."}),
+		verifyFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "damselfly_mount_verify_failures_total", Help: "Fetched chunks that failed digest verification."}),
+		errors:         prometheus.NewCounter(prometheus.CounterOpts{Name: "damselfly_mount_read_errors_total", Help: "Reads that failed (returned EIO)."}),
+		inflight:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "damselfly_mount_fetches_in_flight", Help: "Backend requests in flight."}),
+		prefetchDone:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "damselfly_mount_prefetch_done_chunks", Help: "Prefetch progress: chunks handled."}),
+		prefetchTotal:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "damselfly_mount_prefetch_total_chunks", Help: "Prefetch progress: chunks planned."}),
+	}
+	r.MustRegister(m.reads, m.readBytes, m.readSeconds, m.backendBytes, m.cacheHits, m.cacheMisses, m.cacheErrors,
+		m.verifyFailures, m.errors, m.inflight, m.prefetchDone, m.prefetchTotal)
+	return m
+}
+
+func (m *Metrics) observeRead(src string, n int, d time.Duration) {
+	m.reads.WithLabelValues(src).Inc()
+	m.readBytes.WithLabelValues(src).Add(float64(n))
+	m.readSeconds.WithLabelValues(src).Observe(d.Seconds())
+}
