@@ -124,6 +124,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 			return fmt.Errorf("node cache: %w", err)
 		}
 		cleanups = append(cleanups, d.cache.Close)
+		d.metrics.watchCache(d.cache)
 	}
 	d.fetcher, err = NewFetcher(d.boot, d.cache, d.be, FetcherConfig{
 		AmplifyIO: opts.Config.AmplifyIO, MemoryBytes: opts.Config.MemoryBytes, ReadaheadChunks: opts.Config.ReadaheadChunks,

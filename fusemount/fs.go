@@ -3,8 +3,10 @@ package fusemount
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -257,7 +259,7 @@ func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 		idx := off / cs
 		c, err := f.b.FileChunk(ino, uint32(idx))
 		if err != nil {
-			f.log.Error("read failed: bad chunk table", "image", f.image, "inode", ino.Ino, "offset", off, "err", err)
+			f.log.Error("read failed: bad chunk table", "image", f.image, "file", f.pathOf(ino), "offset", off, "err", err)
 			return nil, fuse.EIO
 		}
 		within := int(off - idx*cs)
@@ -266,12 +268,42 @@ func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 			if ctx.Err() != nil {
 				return nil, fuse.EINTR
 			}
-			f.log.Error("read failed", "image", f.image, "inode", ino.Ino, "offset", off, "chunk", c.Digest.String(), "err", err)
+			f.log.Error("read failed", "image", f.image, "file", f.pathOf(ino), "offset", off, "chunk", c.Digest.String(), "err", err)
 			return nil, fuse.EIO
 		}
 		done += n
 	}
 	return fuse.ReadResultData(buf[:size]), fuse.OK
+}
+
+// pathOf names a file for error messages: up through the parents,
+// finding each name in its parent's entries. Only used on errors.
+func (f *rafsFS) pathOf(in rafs.Inode) string {
+	var parts []string
+	cur := in
+	for depth := 0; cur.Ino != rafs.RootIno && depth < rafs.MaxPathDepth; depth++ {
+		parent, err := f.b.Inode(cur.Parent)
+		if err != nil {
+			break
+		}
+		ents, err := f.b.ReadDir(parent.Ino)
+		if err != nil {
+			break
+		}
+		name := fmt.Sprintf("<inode %d>", cur.Ino)
+		for _, e := range ents {
+			if e.Ino == cur.Ino {
+				name = e.Name
+				break
+			}
+		}
+		parts = append(parts, name)
+		cur = parent
+	}
+	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
+		parts[i], parts[j] = parts[j], parts[i]
+	}
+	return "/" + strings.Join(parts, "/")
 }
 
 // cancelContext turns go-fuse's cancel channel (closed when the kernel

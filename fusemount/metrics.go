@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"damselfly/peer/cache"
 )
 
 // Sources a read can be served from.
@@ -65,4 +67,18 @@ func (m *Metrics) observeRead(src string, n int, d time.Duration) {
 	m.reads.WithLabelValues(src).Inc()
 	m.readBytes.WithLabelValues(src).Add(float64(n))
 	m.readSeconds.WithLabelValues(src).Observe(d.Seconds())
+}
+
+// watchCache exports the node cache's size and eviction counters.
+func (m *Metrics) watchCache(c *cache.Cache) {
+	gauge := func(name, help string, v func(cache.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v(c.Stats()) })
+	}
+	m.Registry.MustRegister(
+		gauge("damselfly_cache_bytes", "Bytes in the node cache (this process's view).", func(s cache.Stats) float64 { return float64(s.Bytes) }),
+		gauge("damselfly_cache_entries", "Chunks in the node cache (this process's view).", func(s cache.Stats) float64 { return float64(s.Entries) }),
+		gauge("damselfly_cache_capacity_bytes", "Node cache capacity.", func(s cache.Stats) float64 { return float64(s.Capacity) }),
+		gauge("damselfly_cache_evictions", "Chunks evicted by this process.", func(s cache.Stats) float64 { return float64(s.Evictions) }),
+		gauge("damselfly_cache_corrupt", "Cache entries found corrupt and removed.", func(s cache.Stats) float64 { return float64(s.Corrupt) }),
+	)
 }

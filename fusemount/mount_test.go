@@ -7,6 +7,8 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -239,5 +241,44 @@ func TestConcurrentRandomReads(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+func TestControlAPI(t *testing.T) {
+	layout, _ := corpusLayout(t)
+	mp, _, _ := mountT(t, Options{Image: "oci:" + layout + ":sizes-rafs", Config: testConfig(t)})
+	if _, err := os.ReadFile(filepath.Join(mp, "sizes", "one-chunk-plus-one")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	filepath.WalkDir(mp, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			os.ReadFile(p)
+		}
+		return nil
+	})
+	st, err := QueryStatus(context.Background(), mp, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reads uint64
+	for _, n := range st.Reads {
+		reads += n
+	}
+	if st.State != "running" || st.PID != os.Getpid() || reads == 0 || st.Files == 0 || st.Cache == nil {
+		t.Errorf("status: got %+v", st)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", SocketPath(mp))
+	}}}
+	resp, err := c.Get("http://daemon/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"damselfly_mount_reads_total", "damselfly_mount_read_seconds_bucket", "damselfly_cache_bytes", "damselfly_mount_prefetch_total_chunks"} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
