@@ -1,5 +1,13 @@
-// Package fusemount will hold the mount daemon: the go-fuse adapter over
-// the rafs view, the read path with range merging and prefetch, and the
-// backend chain (local peer, then registry). It is built by the
-// "fusemount" issue.
+// Package fusemount is the mount daemon: one read-only FUSE filesystem for
+// a whole RAFS image, mounted as soon as the bootstrap is local, fetching
+// chunk data only when something reads it.
+//
+// The parts: fs.go answers the kernel straight from the mapped bootstrap
+// (go-fuse raw API, node ID = inode number); fetcher.go is the read path
+// (memory, the node cache of package peer/cache, then the backend chain of
+// fusemount/backend), with one fetch per chunk however many readers wait
+// (flight.go), merging of adjacent misses and readahead; prefetch.go warms
+// the cache after mounting; daemon.go ties the lifecycle to the mount (no
+// orphans, stale mounts detached); api.go serves status and Prometheus
+// metrics on a unix socket.
 package fusemount
