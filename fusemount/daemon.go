@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -242,8 +243,18 @@ func (d *Daemon) open(ctx context.Context) error {
 			return err
 		}
 		// The image's own blob reader is not used for chunk reads; the
-		// backend chain below is. Keep only the verified bootstrap.
+		// backend chain below is. Keep only the verified bootstrap,
+		// mapped from a file when there is a cache directory for it, so
+		// its pages are file-backed and reclaimable rather than heap.
 		d.boot, d.image, d.digest = img.Bootstrap(), o.Image, img.Digest.String()
+		if dir := o.Config.Cache.Dir; dir != "" {
+			if b, err := persistBootstrap(dir, img.Digest.Hex, d.boot); err != nil {
+				d.log.Warn("keeping the bootstrap in memory", "err", err)
+			} else {
+				d.boot = b
+				debug.FreeOSMemory()
+			}
+		}
 		switch ref.Transport {
 		case transport.OCI:
 			if cfg.Type == "" || cfg.Type == "registry" && cfg.Host == "" {
@@ -272,6 +283,36 @@ func (d *Daemon) open(ctx context.Context) error {
 	}
 	d.be = &backendAdapter{remote: be}
 	return nil
+}
+
+// persistBootstrap writes the verified bootstrap under dir/bootstraps,
+// named by the manifest digest (temp file, then rename), and maps it.
+func persistBootstrap(dir, manifestHex string, b *rafs.Bootstrap) (*rafs.Bootstrap, error) {
+	bdir := filepath.Join(dir, "bootstraps")
+	if err := os.MkdirAll(bdir, 0o755); err != nil {
+		return nil, err
+	}
+	final := filepath.Join(bdir, manifestHex)
+	tmp, err := os.CreateTemp(bdir, ".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tmp.Write(b.Bytes()); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return nil, err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return nil, err
+	}
+	if err := os.Rename(tmp.Name(), final); err != nil {
+		os.Remove(tmp.Name())
+		return nil, err
+	}
+	// The bytes were verified against the manifest a moment ago; the
+	// checksum is re-checked anyway, as cheap insurance against the disk.
+	return rafs.Open(final, rafs.OpenOptions{})
 }
 
 // prepareMountpoint checks the mountpoint: it must be a directory; a stale

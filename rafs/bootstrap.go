@@ -189,6 +189,10 @@ func (b *Bootstrap) InodeCount() uint32 { return b.inodes }
 func (b *Bootstrap) ChunkCount() uint32 { return uint32(b.count(secChunks)) }
 func (b *Bootstrap) BlobCount() uint32  { return uint32(b.count(secBlobs)) }
 
+// Bytes returns the encoded bootstrap. The caller must not modify it; it
+// is valid until Close.
+func (b *Bootstrap) Bytes() []byte { return b.data }
+
 // Size is the bootstrap's length in bytes.
 func (b *Bootstrap) Size() int { return len(b.data) }
 

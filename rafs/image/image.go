@@ -174,6 +174,11 @@ func ReadBootstrap(rc io.Reader, desc v1.Descriptor) ([]byte, error) {
 	}
 	defer dec.Close()
 	var out bytes.Buffer
+	if limit < int64(rafs.MaxBootstrapSize) {
+		// The annotation gives the size: allocate it once rather than
+		// let the buffer double its way up to twice the bootstrap.
+		out.Grow(int(limit) + 1)
+	}
 	n, err := io.Copy(&out, io.LimitReader(dec, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("decompress: %w", err)
