@@ -310,9 +310,9 @@ func persistBootstrap(dir, manifestHex string, b *rafs.Bootstrap) (*rafs.Bootstr
 		os.Remove(tmp.Name())
 		return nil, err
 	}
-	// The bytes were verified against the manifest a moment ago; the
-	// checksum is re-checked anyway, as cheap insurance against the disk.
-	return rafs.Open(final, rafs.OpenOptions{})
+	// The bytes were verified against the manifest's digest a moment ago;
+	// hashing them a third time would only add to mount-ready time.
+	return rafs.Open(final, rafs.OpenOptions{SkipChecksum: true})
 }
 
 // prepareMountpoint checks the mountpoint: it must be a directory; a stale
