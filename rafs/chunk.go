@@ -53,6 +53,9 @@ func DecodeChunk(c Chunk, stored, dst []byte) error {
 	if len(dst) != int(c.Size) {
 		return fmt.Errorf("chunk %s: buffer of %d bytes for %d", c.Digest, len(dst), c.Size)
 	}
+	if c.Compressed() && c.Size == 0 {
+		return fmt.Errorf("chunk %s: %w: compressed empty chunk", c.Digest, ErrDigestMismatch)
+	}
 	if len(stored) != int(c.CompressedSize) {
 		return fmt.Errorf("chunk %s: %d stored bytes, want %d", c.Digest, len(stored), c.CompressedSize)
 	}

@@ -1,0 +1,81 @@
+package exchange
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// TestLimiterFair checks that two peers share the limit evenly although
+// one has three times as many streams waiting, and that the total stays
+// within the rate.
+func TestLimiterFair(t *testing.T) {
+	t.Parallel()
+	const rate = 8 << 20
+	burst := ServerConfig{UploadBytesPerSec: rate}.burst()
+	l := newFairLimiter(rate, burst)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	var a, b atomic.Int64
+	var wg sync.WaitGroup
+	stream := func(p peer.ID, n *atomic.Int64) {
+		wg.Go(func() {
+			for l.Wait(ctx, p, sliceSize) == nil {
+				n.Add(sliceSize)
+			}
+		})
+	}
+	start := time.Now()
+	for range 3 {
+		stream("a", &a)
+	}
+	stream("b", &b)
+	wg.Wait()
+	took := time.Since(start)
+	total := float64(a.Load()+b.Load()-int64(burst)) / took.Seconds() // the bucket starts full
+	t.Logf("a %d, b %d bytes in %v: %.2f MiB/s", a.Load(), b.Load(), took, total/(1<<20))
+	// The full bucket at the start goes to whoever comes first; after
+	// that the peers alternate.
+	if d := a.Load() - b.Load(); d > int64(burst)+2*sliceSize || d < -int64(burst)-2*sliceSize {
+		t.Errorf("a got %d bytes more than b, want at most the bucket (%d) and two slices", d, burst)
+	}
+	if total < 0.8*rate || total > 1.2*rate {
+		t.Errorf("rate %.0f B/s, want within 20%% of %d", total, rate)
+	}
+}
+
+func TestLimiterCancel(t *testing.T) {
+	t.Parallel()
+	l := newFairLimiter(1, sliceSize) // one byte a second: nothing after the first
+	defer l.Close()
+	if err := l.Wait(t.Context(), "a", sliceSize); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := l.Wait(ctx, "a", sliceSize); err == nil {
+		t.Fatal("second wait succeeded, want the context's error")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.ring) != 0 || len(l.queues) != 0 {
+		t.Fatalf("cancelled waiter left queued: ring %v", l.ring)
+	}
+}
+
+func TestLimiterNil(t *testing.T) {
+	t.Parallel()
+	var l *fairLimiter = newFairLimiter(0, sliceSize)
+	if l != nil {
+		t.Fatal("rate 0 gave a limiter, want nil (unlimited)")
+	}
+	if err := l.Wait(t.Context(), "a", 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+}

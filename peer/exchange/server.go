@@ -1,0 +1,295 @@
+package exchange
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"damselfly/peer/cache"
+	"damselfly/rafs"
+)
+
+// Store is where a Server finds the chunks it serves; *cache.Cache is one.
+type Store interface {
+	// Get appends the stored bytes of the chunk whose digest is d to
+	// dst[:0] and returns them with their metadata; the result aliases dst
+	// when its capacity suffices, and the Store keeps neither. It returns
+	// an error wrapping cache.ErrNotFound for a chunk it does not hold. It
+	// may block on disk I/O and is safe for concurrent use.
+	Get(d rafs.Digest, dst []byte) (cache.Meta, []byte, error)
+}
+
+// remover is the optional capability of a Store to drop an entry that
+// failed verification (*cache.Cache has it).
+type remover interface {
+	Remove(d rafs.Digest) error
+}
+
+var (
+	_ Store   = (*cache.Cache)(nil)
+	_ remover = (*cache.Cache)(nil)
+)
+
+// Server answers chunk requests from other peers out of a Store. It serves
+// a chunk only to a requester that names its digest, and only bytes that
+// the Store holds under that digest.
+type Server struct {
+	h     host.Host
+	store Store
+	cfg   ServerConfig
+	log   *slog.Logger
+	lim   *fairLimiter
+
+	mu      sync.Mutex
+	closed  bool
+	perPeer map[peer.ID]int
+	active  map[network.Stream]context.CancelFunc
+	wg      sync.WaitGroup // handlers admitted and not yet done
+
+	n counters
+}
+
+// NewServer validates cfg and registers a Server for ProtocolID on h. log
+// may be nil. Close unregisters it.
+func NewServer(h host.Host, store Store, cfg ServerConfig, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("exchange server config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		h:       h,
+		store:   store,
+		cfg:     cfg,
+		log:     log,
+		lim:     newFairLimiter(cfg.UploadBytesPerSec, cfg.burst()),
+		perPeer: make(map[peer.ID]int),
+		active:  make(map[network.Stream]context.CancelFunc),
+	}
+	h.SetStreamHandler(ProtocolID, s.handle)
+	return s, nil
+}
+
+// Close unregisters the server, resets the streams it is serving and waits
+// for their handlers to return. It is idempotent and returns nil.
+func (s *Server) Close() error {
+	s.h.RemoveStreamHandler(ProtocolID)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for st, cancel := range s.active {
+		cancel()
+		st.Reset()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.lim.Close()
+	return nil
+}
+
+func (s *Server) handle(st network.Stream) {
+	p := st.Conn().RemotePeer()
+	ctx, status := s.admit(st, p)
+	if status != StatusOK {
+		s.refuse(st, p, status)
+		return
+	}
+	defer s.release(st, p)
+	s.serve(ctx, st, p)
+}
+
+// admit counts st against the limits, or says why it may not be served.
+func (s *Server) admit(st network.Stream, p peer.ID) (context.Context, Status) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return nil, StatusUnavailable
+	case s.perPeer[p] >= s.cfg.MaxStreamsPerPeer, len(s.active) >= s.cfg.MaxStreams:
+		return nil, StatusBusy
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.perPeer[p]++
+	s.active[st] = cancel
+	s.wg.Add(1)
+	return ctx, StatusOK
+}
+
+func (s *Server) release(st network.Stream, p peer.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cancel, ok := s.active[st]; ok {
+		cancel()
+		delete(s.active, st)
+	}
+	if s.perPeer[p] <= 1 {
+		delete(s.perPeer, p)
+	} else {
+		s.perPeer[p]--
+	}
+	s.wg.Done()
+}
+
+// refuse answers st with status and closes it, without reading the
+// request.
+func (s *Server) refuse(st network.Stream, p peer.ID, status Status) {
+	if status == StatusBusy {
+		s.n.busy.Add(1)
+	}
+	s.log.Debug("exchange: refused stream", "peer", p, "status", status)
+	s.answer(st, status, "")
+}
+
+// answer writes a response header with a non-OK status and closes st.
+func (s *Server) answer(st network.Stream, status Status, msg string) {
+	_ = st.SetWriteDeadline(time.Now().Add(s.cfg.StreamTimeout))
+	if _, err := st.Write(appendResponseHead(nil, status, msg)); err != nil {
+		st.Reset()
+		return
+	}
+	st.Close()
+}
+
+// serve reads st's request and answers it.
+func (s *Server) serve(ctx context.Context, st network.Stream, p peer.ID) {
+	_ = st.SetReadDeadline(time.Now().Add(s.cfg.StreamTimeout))
+	req, err := readRequest(st)
+	if err != nil {
+		if errors.Is(err, ErrInvalidRequest) {
+			s.n.badRequests.Add(1)
+			s.log.Warn("exchange: bad request", "peer", p, "err", err)
+			s.answer(st, StatusBadRequest, err.Error())
+			return
+		}
+		s.n.aborted.Add(1)
+		s.log.Debug("exchange: reading request", "peer", p, "err", err)
+		st.Reset()
+		return
+	}
+	_ = st.CloseRead() // the requester sends nothing more
+	s.n.streams.Add(1)
+
+	if err := s.sendAll(ctx, st, p, req); err != nil {
+		s.n.aborted.Add(1)
+		s.log.Debug("exchange: sending chunks", "peer", p, "blob", req.blob, "err", err)
+		st.Reset()
+		return
+	}
+	st.Close()
+}
+
+// sendAll writes the OK header and one record per requested chunk.
+func (s *Server) sendAll(ctx context.Context, st network.Stream, p peer.ID, req *request) error {
+	if err := s.write(ctx, st, p, appendResponseHead(nil, StatusOK, ""), false); err != nil {
+		return err
+	}
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	var scratch *[]byte
+	if !s.cfg.NoVerify {
+		scratch = bufPool.Get().(*[]byte)
+		defer bufPool.Put(scratch)
+	}
+	for _, c := range req.chunks {
+		rec := s.lookup(c, bp, scratch)
+		if err := s.write(ctx, st, p, rec, true); err != nil {
+			return fmt.Errorf("chunk %s: %w", c.Digest, err)
+		}
+		if n := len(rec) - recordHeaderSize; n > 0 {
+			s.n.chunksSent.Add(1)
+			s.n.bytesSent.Add(uint64(n))
+		}
+	}
+	return nil
+}
+
+// lookup returns the whole record for c: header and, when the chunk is
+// held, its stored bytes, in *bp (grown as needed).
+func (s *Server) lookup(c rafs.Chunk, bp, scratch *[]byte) []byte {
+	buf := *bp
+	if cap(buf) < recordHeaderSize+int(allowance(c)) {
+		buf = make([]byte, recordHeaderSize+int(allowance(c)))
+		*bp = buf
+	}
+	buf = buf[:cap(buf)]
+	// Get into the buffer after room for the header, so that header and
+	// bytes go out as one write.
+	m, stored, err := s.store.Get(c.Digest, buf[recordHeaderSize:recordHeaderSize])
+	switch {
+	case errors.Is(err, cache.ErrNotFound):
+		s.n.notFound.Add(1)
+		return appendRecordHead(buf[:0], chunkNotFound, false, 0)
+	case err != nil:
+		s.n.chunkErrors.Add(1)
+		s.log.Warn("exchange: reading chunk", "digest", c.Digest, "err", err)
+		return appendRecordHead(buf[:0], chunkError, false, 0)
+	case m.Size != c.Size || m.StoredSize > allowance(c) || int(m.StoredSize) != len(stored):
+		// Held in a form the requester's description does not allow.
+		s.n.notFound.Add(1)
+		return appendRecordHead(buf[:0], chunkNotFound, false, 0)
+	}
+	sc := served(c, m.Compressed, m.StoredSize)
+	if scratch != nil {
+		if cap(*scratch) < int(c.Size) {
+			*scratch = make([]byte, c.Size)
+		}
+		if err := rafs.DecodeChunk(sc, stored, (*scratch)[:c.Size]); err != nil {
+			s.n.corrupt.Add(1)
+			s.log.Warn("exchange: cached chunk fails verification; dropping it", "digest", c.Digest, "err", err)
+			if r, ok := s.store.(remover); ok {
+				_ = r.Remove(c.Digest)
+			}
+			return appendRecordHead(buf[:0], chunkNotFound, false, 0)
+		}
+	}
+	head := appendRecordHead(nil, chunkOK, m.Compressed, m.StoredSize)
+	if &stored[0] == &buf[recordHeaderSize] {
+		copy(buf, head)
+		return buf[:recordHeaderSize+len(stored)]
+	}
+	// The Store did not use the buffer; copy (rare: a Store that ignores dst).
+	out := append(head, stored...)
+	return out
+}
+
+// write sends b to st in slices, each of which must be written within
+// StreamTimeout. When the upload is limited, the slices of a record
+// (sliceSize bytes after its header) pass the limiter first.
+func (s *Server) write(ctx context.Context, st network.Stream, p peer.ID, b []byte, record bool) error {
+	limited := record && s.lim != nil
+	slice := unlimitedSlice
+	if limited {
+		slice = sliceSize
+	}
+	first := min(len(b), recordHeaderSize+slice)
+	for len(b) > 0 {
+		n := min(len(b), first)
+		first = slice
+		if limited {
+			if err := s.lim.Wait(ctx, p, n); err != nil {
+				return err
+			}
+		}
+		_ = st.SetWriteDeadline(time.Now().Add(s.cfg.StreamTimeout))
+		if _, err := st.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// bufPool holds chunk buffers, grown to the largest chunk each has held.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, recordHeaderSize+rafs.DefaultChunkSize); return &b }}

@@ -1,0 +1,157 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	ma "github.com/multiformats/go-multiaddr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultListenAddr      = "/ip4/0.0.0.0/tcp/7946"
+	DefaultMaxConns        = 1024
+	DefaultMaxConnsPerPeer = 8
+	DefaultDialTimeout     = 10 * time.Second
+)
+
+// Security protocols for Config.Security.
+const (
+	SecurityNoise = "noise"
+	SecurityTLS   = "tls"
+)
+
+// Config configures a host. The zero value of each optional field means
+// its default; Default fills the required ones for production.
+type Config struct {
+	// IdentityFile holds the host's private key (and so its peer ID). It
+	// is created with mode 0600 on first start and reused after; a file
+	// that group or others can access is refused. Required.
+	IdentityFile string
+	// ListenAddrs are TCP multiaddrs to listen on, such as
+	// "/ip4/0.0.0.0/tcp/7946" or "/ip4/127.0.0.1/tcp/0". At least one;
+	// New fails if any cannot be listened on.
+	ListenAddrs []string
+	// AnnounceAddrs, when set, replace the listen addresses in what the
+	// host tells other peers (for NAT or container port mappings).
+	AnnounceAddrs []string
+	// ClusterKeyFile is the cluster's pre-shared key, in the format
+	// GenerateClusterKey writes, and with the same permission rule as
+	// IdentityFile. Required unless InsecureOpenCluster.
+	ClusterKeyFile string
+	// InsecureOpenCluster lets any peer connect: no cluster key. For labs
+	// only; it may not be combined with ClusterKeyFile.
+	InsecureOpenCluster bool
+	// Security is the connection security protocol: SecurityNoise (the
+	// default) or SecurityTLS. Both ends of a connection must agree.
+	Security string
+	// MaxConns caps connections (inbound plus outbound); 0 means
+	// DefaultMaxConns. Idle connections are trimmed from 9/10 of it.
+	MaxConns int
+	// MaxConnsPerPeer caps connections to one peer; 0 means
+	// DefaultMaxConnsPerPeer.
+	MaxConnsPerPeer int
+	// DialTimeout bounds one dial, handshakes included; 0 means
+	// DefaultDialTimeout.
+	DialTimeout time.Duration
+	// Registerer receives libp2p's Prometheus metrics; nil disables them.
+	Registerer prometheus.Registerer
+}
+
+// Default returns the production configuration for a node whose state
+// lives in dir: identity in dir/identity.key, cluster key in
+// dir/cluster.key, listening on DefaultListenAddr.
+func Default(dir string) Config {
+	return Config{
+		IdentityFile:   dir + "/identity.key",
+		ClusterKeyFile: dir + "/cluster.key",
+		ListenAddrs:    []string{DefaultListenAddr},
+	}
+}
+
+func (c Config) withDefaults() Config {
+	if c.Security == "" {
+		c.Security = SecurityNoise
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxConnsPerPeer == 0 {
+		c.MaxConnsPerPeer = DefaultMaxConnsPerPeer
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	return c
+}
+
+// Validate reports every problem with c at once, each naming its field. It
+// does not touch the files; New checks them.
+func (c Config) Validate() error {
+	d := c.withDefaults()
+	var errs []error
+	if c.IdentityFile == "" {
+		errs = append(errs, errors.New("IdentityFile: must be set"))
+	}
+	if len(c.ListenAddrs) == 0 {
+		errs = append(errs, errors.New("ListenAddrs: must name at least one address"))
+	}
+	for i, s := range c.ListenAddrs {
+		if err := checkTCPAddr(s); err != nil {
+			errs = append(errs, fmt.Errorf("ListenAddrs[%d]: %w", i, err))
+		}
+	}
+	for i, s := range c.AnnounceAddrs {
+		if _, err := ma.NewMultiaddr(s); err != nil {
+			errs = append(errs, fmt.Errorf("AnnounceAddrs[%d]: %q: %w", i, s, err))
+		}
+	}
+	switch {
+	case c.ClusterKeyFile == "" && !c.InsecureOpenCluster:
+		errs = append(errs, errors.New("ClusterKeyFile: must be set (or InsecureOpenCluster, for labs only)"))
+	case c.ClusterKeyFile != "" && c.InsecureOpenCluster:
+		errs = append(errs, errors.New("InsecureOpenCluster: set together with ClusterKeyFile; choose one"))
+	}
+	if d.Security != SecurityNoise && d.Security != SecurityTLS {
+		errs = append(errs, fmt.Errorf("Security: %q is not %q or %q", c.Security, SecurityNoise, SecurityTLS))
+	}
+	if c.MaxConns < 0 {
+		errs = append(errs, fmt.Errorf("MaxConns: %d is negative", c.MaxConns))
+	}
+	if c.MaxConnsPerPeer < 0 {
+		errs = append(errs, fmt.Errorf("MaxConnsPerPeer: %d is negative", c.MaxConnsPerPeer))
+	} else if c.MaxConns >= 0 && d.MaxConnsPerPeer > d.MaxConns {
+		errs = append(errs, fmt.Errorf("MaxConnsPerPeer: %d is above MaxConns %d", d.MaxConnsPerPeer, d.MaxConns))
+	}
+	if c.DialTimeout < 0 {
+		errs = append(errs, fmt.Errorf("DialTimeout: %v is negative", c.DialTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// checkTCPAddr accepts a multiaddr that libp2p's TCP transport can listen
+// on: an IP or DNS name, then /tcp/PORT, and nothing after.
+func checkTCPAddr(s string) error {
+	a, err := ma.NewMultiaddr(s)
+	if err != nil {
+		return fmt.Errorf("%q: %w", s, err)
+	}
+	ps := a.Protocols()
+	if len(ps) == 0 {
+		return fmt.Errorf("%q is empty", s)
+	}
+	switch ps[0].Code {
+	case ma.P_IP4, ma.P_IP6, ma.P_DNS, ma.P_DNS4, ma.P_DNS6:
+	default:
+		return fmt.Errorf("%q does not start with an IP address or DNS name", s)
+	}
+	if len(ps) != 2 || ps[1].Code != ma.P_TCP {
+		if _, err := a.ValueForProtocol(ma.P_UDP); err == nil {
+			return fmt.Errorf("%q is not a TCP address (QUIC cannot carry a cluster key)", s)
+		}
+		return fmt.Errorf("%q is not a TCP address such as /ip4/0.0.0.0/tcp/7946", s)
+	}
+	return nil
+}
