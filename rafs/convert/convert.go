@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -221,8 +222,28 @@ func dictLayer(dict *image.Image, b rafs.Blob) (v1.Layer, error) {
 	if dict == nil || dict.Manifest == nil {
 		return nil, fmt.Errorf("blob %s comes from a local chunk dictionary; convert with a dictionary image reference so its blobs can be copied", b.Digest)
 	}
-	return dict.Layer(hashOf(b.Digest))
+	l, err := dict.Layer(hashOf(b.Digest))
+	if err != nil {
+		return nil, err
+	}
+	return &blobLayer{Layer: l, digest: hashOf(b.Digest), size: int64(b.CompressedSize)}, nil
 }
+
+// blobLayer presents a dictionary image's blob as a RAFS blob layer. A
+// blob is not a compressed tar: go-containerregistry would otherwise sniff
+// its first bytes (a zstd frame), take the whole blob for one zstd stream
+// and fail at the first chunk stored raw when it needs the DiffID.
+type blobLayer struct {
+	v1.Layer
+	digest v1.Hash
+	size   int64
+}
+
+func (l *blobLayer) Digest() (v1.Hash, error)             { return l.digest, nil }
+func (l *blobLayer) DiffID() (v1.Hash, error)             { return l.digest, nil }
+func (l *blobLayer) Size() (int64, error)                 { return l.size, nil }
+func (l *blobLayer) MediaType() (types.MediaType, error)  { return rafs.MediaTypeBlob, nil }
+func (l *blobLayer) Uncompressed() (io.ReadCloser, error) { return l.Layer.Compressed() }
 
 // buildIndex makes an index of the plain image and the RAFS one, the
 // latter marked by the platform feature.
