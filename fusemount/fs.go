@@ -257,14 +257,15 @@ func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 	for done < size {
 		off := in.Offset + done
 		idx := off / cs
-		c, err := f.b.FileChunk(ino, uint32(idx))
+		seg, err := f.b.FileSegment(ino, uint32(idx))
+		c := seg.Chunk
 		if err != nil {
 			f.log.Error("read failed: bad chunk table", "image", f.image, "file", f.pathOf(ino), "offset", off, "err", err)
 			return nil, fuse.EIO
 		}
 		within := int(off - idx*cs)
-		n := min(size-done, uint64(int(c.Size)-within))
-		if err := f.chunks.ReadChunkAt(ctx, c, within, buf[done:done+n]); err != nil {
+		n := min(size-done, uint64(int(seg.Len)-within))
+		if err := f.chunks.ReadChunkAt(ctx, c, int(seg.Off)+within, buf[done:done+n]); err != nil {
 			if ctx.Err() != nil {
 				return nil, fuse.EINTR
 			}

@@ -429,25 +429,34 @@ func (b *Bootstrap) Xattrs(in Inode) ([]Xattr, error) {
 	return out, nil
 }
 
-// FileChunk returns chunk i of regular file in, which covers file bytes
-// [i*ChunkSize, min((i+1)*ChunkSize, Size)).
+// FileChunk returns the chunk holding stretch i of regular file in; see
+// FileSegment for which of its bytes are the file's.
 func (b *Bootstrap) FileChunk(in Inode, i uint32) (Chunk, error) {
+	s, err := b.FileSegment(in, i)
+	return s.Chunk, err
+}
+
+// FileSegment returns stretch i of regular file in, which holds file bytes
+// [i*ChunkSize, min((i+1)*ChunkSize, Size)): the chunk and where in it
+// those bytes are.
+func (b *Bootstrap) FileSegment(in Inode, i uint32) (Segment, error) {
 	if !in.IsReg() || i >= in.DataCount {
-		return Chunk{}, fmt.Errorf("inode %d has no chunk %d: %w", in.Ino, i, fs.ErrInvalid)
+		return Segment{}, fmt.Errorf("inode %d has no chunk %d: %w", in.Ino, i, fs.ErrInvalid)
 	}
 	r := b.record(secChunkRefs, uint64(in.DataIndex)+uint64(i))
 	c, err := b.Chunk(le.Uint32(r))
 	if err != nil {
-		return Chunk{}, fmt.Errorf("inode %d chunk %d: %w", in.Ino, i, err)
+		return Segment{}, fmt.Errorf("inode %d chunk %d: %w", in.Ino, i, err)
 	}
 	want := uint64(b.chunkSize)
 	if rest := in.Size - uint64(i)*uint64(b.chunkSize); rest < want {
 		want = rest
 	}
-	if uint64(c.Size) != want {
-		return Chunk{}, corruptf("inode %d chunk %d: size %d, want %d", in.Ino, i, c.Size, want)
+	off := le.Uint32(r[4:])
+	if uint64(off)+want > uint64(c.Size) {
+		return Segment{}, corruptf("inode %d chunk %d: %d bytes at %d do not fit in a chunk of %d", in.Ino, i, want, off, c.Size)
 	}
-	return c, nil
+	return Segment{Chunk: c, Off: off, Len: uint32(want)}, nil
 }
 
 // Chunk decodes and checks entry i of the chunk table.

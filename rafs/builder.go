@@ -3,6 +3,7 @@ package rafs
 import (
 	"archive/tar"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +37,12 @@ type BuildOptions struct {
 	Level int
 	// Workers hash and compress chunks; default GOMAXPROCS.
 	Workers int
+	// BatchSize packs files smaller than a quarter of it, in tar order,
+	// into shared chunks of up to this many bytes, so small files compress
+	// together (as they do in a gzip stream) and a directory of them is
+	// one fetch. Identical small files are stored once. 0 means the
+	// default, DefaultBatchSize (capped at the chunk size); -1 disables.
+	BatchSize int
 	// Dict is a chunk dictionary: chunks it holds are referenced in its
 	// blobs instead of being stored again.
 	Dict *Bootstrap
@@ -95,6 +102,15 @@ func (o *BuildOptions) defaults() error {
 	if o.Workers <= 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
 	}
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.BatchSize > int(o.ChunkSize) {
+		o.BatchSize = int(o.ChunkSize)
+	}
+	if o.BatchSize < -1 {
+		return fmt.Errorf("batch size %d: want -1 (off), 0 (default) or a size", o.BatchSize)
+	}
 	if o.BlobDir == "" {
 		return errors.New("no blob directory")
 	}
@@ -127,6 +143,29 @@ type builder struct {
 	pieceChunk []uint32
 	seen       sync.Map // digests already stored or in the dictionary
 	stats      BuildStats
+
+	// Reader side (the tar-reading goroutine only).
+	readBytes uint64
+	batch     *pendingBatch
+	small     map[Digest]smallRef // small file contents already placed
+	scratch   []byte
+}
+
+// DefaultBatchSize is the default BuildOptions.BatchSize.
+const DefaultBatchSize = 512 << 10
+
+// pendingBatch is a chunk of small files being filled; its sequence
+// number is known only when it is sent, after the files that point to it.
+type pendingBatch struct {
+	buf    *[]byte
+	seq    uint32
+	sent   bool
+	inodes []*inode
+}
+
+type smallRef struct {
+	b   *pendingBatch
+	off uint32
 }
 
 // Build merges layers into one tree, stores their chunks in one new blob
@@ -138,7 +177,7 @@ func Build(ctx context.Context, layers []LayerSource, opts BuildOptions) (*Build
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	b := &builder{opts: opts, chunkIdx: map[Digest]uint32{}, dictBlobs: map[uint32]int{}}
+	b := &builder{opts: opts, chunkIdx: map[Digest]uint32{}, dictBlobs: map[uint32]int{}, small: map[Digest]smallRef{}}
 	if err := b.loadDict(); err != nil {
 		return nil, err
 	}
@@ -191,6 +230,7 @@ func Build(ctx context.Context, layers []LayerSource, opts BuildOptions) (*Build
 		return nil, err
 	}
 	b.stats.Layers = len(layers)
+	b.stats.ContentBytes = b.readBytes
 
 	prefetch, err := matchPrefetch(t, opts.Prefetch)
 	if err != nil {
@@ -267,6 +307,13 @@ func (b *builder) readLayer(ctx context.Context, t *tree, layer int, l LayerSour
 		if in == nil {
 			continue
 		}
+		b.readBytes += in.size
+		if b.opts.BatchSize > 0 && in.size > 0 && in.size < uint64(b.opts.BatchSize/4) {
+			if err := b.addSmall(ctx, layer, in, tr, h.Name, seq, jobs, ordered, bufs); err != nil {
+				return err
+			}
+			continue
+		}
 		for off := uint64(0); off < in.size; off += cs {
 			n := min(cs, in.size-off)
 			bp := bufs.Get().(*[]byte)
@@ -278,23 +325,17 @@ func (b *builder) readLayer(ctx context.Context, t *tree, layer int, l LayerSour
 			if *seq == 1<<32-1 {
 				return fmt.Errorf("more than %d chunks", uint32(1<<32-1))
 			}
-			p := &piece{seq: *seq, layer: layer, buf: bp, done: make(chan struct{})}
-			*seq++
-			in.pieces = append(in.pieces, p.seq)
+			in.pieces = append(in.pieces, *seq)
 			if b.opts.Progress != nil {
 				b.opts.Progress(int64(n))
 			}
-			select {
-			case ordered <- p:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			select {
-			case jobs <- p:
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := b.send(ctx, bp, layer, seq, jobs, ordered); err != nil {
+				return err
 			}
 		}
+	}
+	if err := b.flushBatch(ctx, layer, seq, jobs, ordered); err != nil {
+		return err
 	}
 	// Read to the end so the source can check its digest, then let it.
 	if _, err := io.Copy(io.Discard, rc); err != nil {
@@ -309,6 +350,85 @@ func (b *builder) readLayer(ctx context.Context, t *tree, layer int, l LayerSour
 		return ctx.Err()
 	}
 	return nil
+}
+
+// send hands one piece to the workers and, in order, to the writer.
+func (b *builder) send(ctx context.Context, bp *[]byte, layer int, seq *uint32, jobs, ordered chan<- *piece) error {
+	if *seq == 1<<32-1 {
+		return fmt.Errorf("more than %d chunks", uint32(1<<32-1))
+	}
+	p := &piece{seq: *seq, layer: layer, buf: bp, done: make(chan struct{})}
+	*seq++
+	select {
+	case ordered <- p:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case jobs <- p:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// addSmall reads a small file into the current batch (or points it at an
+// identical small file already placed).
+func (b *builder) addSmall(ctx context.Context, layer int, in *inode, r io.Reader, name string, seq *uint32, jobs, ordered chan<- *piece, bufs *sync.Pool) error {
+	if cap(b.scratch) < int(in.size) {
+		b.scratch = make([]byte, b.opts.BatchSize/4)
+	}
+	d := b.scratch[:in.size]
+	if _, err := io.ReadFull(r, d); err != nil {
+		return fmt.Errorf("entry %q: read %d bytes: %w", name, in.size, err)
+	}
+	if b.opts.Progress != nil {
+		b.opts.Progress(int64(in.size))
+	}
+	sum := sha256.Sum256(d)
+	if ref, ok := b.small[sum]; ok {
+		in.batchOff = ref.off
+		b.pointAt(in, ref.b)
+		return nil
+	}
+	if b.batch != nil && len(*b.batch.buf)+len(d) > b.opts.BatchSize {
+		if err := b.flushBatch(ctx, layer, seq, jobs, ordered); err != nil {
+			return err
+		}
+	}
+	if b.batch == nil {
+		bp := bufs.Get().(*[]byte)
+		*bp = (*bp)[:0]
+		b.batch = &pendingBatch{buf: bp}
+	}
+	in.batchOff = uint32(len(*b.batch.buf))
+	*b.batch.buf = append(*b.batch.buf, d...)
+	b.small[sum] = smallRef{b: b.batch, off: in.batchOff}
+	b.pointAt(in, b.batch)
+	return nil
+}
+
+func (b *builder) pointAt(in *inode, pb *pendingBatch) {
+	if pb.sent {
+		in.pieces = []uint32{pb.seq}
+		return
+	}
+	pb.inodes = append(pb.inodes, in)
+}
+
+// flushBatch sends the current batch, if any, as one piece.
+func (b *builder) flushBatch(ctx context.Context, layer int, seq *uint32, jobs, ordered chan<- *piece) error {
+	pb := b.batch
+	if pb == nil {
+		return nil
+	}
+	b.batch = nil
+	pb.seq, pb.sent = *seq, true
+	for _, in := range pb.inodes {
+		in.pieces = []uint32{pb.seq}
+	}
+	pb.inodes = nil
+	return b.send(ctx, pb.buf, layer, seq, jobs, ordered)
 }
 
 // write consumes pieces in order: dedups them, appends new ones to the
@@ -349,7 +469,6 @@ func (b *builder) write(ctx context.Context, ordered <-chan *piece, bufs, outs *
 		}
 		b.pieceChunk = append(b.pieceChunk, idx)
 		b.stats.Pieces++
-		b.stats.ContentBytes += uint64(len(*p.buf))
 		bufs.Put(p.buf)
 		if p.stored != nil {
 			s := p.stored[:0]

@@ -101,6 +101,7 @@ func (t *tree) encode(in encodeInput) ([]byte, error) {
 			dataIdx, dataCnt = uint32(nRefs), uint32(len(i.pieces))
 			for _, p := range i.pieces {
 				refs = le.AppendUint32(refs, in.pieceChunk[p])
+				refs = le.AppendUint32(refs, i.batchOff)
 			}
 			nRefs += uint64(len(i.pieces))
 		case ModeLink:

@@ -18,7 +18,7 @@ const (
 	superblockSize = 256
 	inodeSize      = 64
 	direntSize     = 16
-	chunkRefSize   = 4
+	chunkRefSize   = 8
 	chunkSize      = 64
 	blobSize       = 64
 	xattrSize      = 16
@@ -159,6 +159,15 @@ type Chunk struct {
 
 // Compressed reports whether the stored bytes must be decompressed.
 func (c Chunk) Compressed() bool { return c.Flags&ChunkCompressed != 0 }
+
+// Segment is the part of a chunk that holds one stretch of a file: all of
+// it for a file's own chunks, a slice of it for a small file batched with
+// others into one chunk.
+type Segment struct {
+	Chunk
+	Off uint32 // offset of the file's bytes in the uncompressed chunk
+	Len uint32 // their length
+}
 
 // Blob is one entry of the blob table.
 type Blob struct {

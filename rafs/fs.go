@@ -251,18 +251,19 @@ func (f *file) ReadAt(p []byte, off int64) (int, error) {
 	for n < len(p) && off < size {
 		idx := off / cs
 		if f.cached != idx+1 {
-			c, err := f.fs.b.FileChunk(f.in, uint32(idx))
+			seg, err := f.fs.b.FileSegment(f.in, uint32(idx))
 			if err != nil {
 				return n, &fs.PathError{Op: "read", Path: f.name, Err: err}
 			}
-			if cap(f.buf) < int(c.Size) {
-				f.buf = make([]byte, c.Size)
+			if cap(f.buf) < int(seg.Size) {
+				f.buf = make([]byte, seg.Size)
 			}
-			f.buf = f.buf[:c.Size]
+			f.buf = f.buf[:seg.Size]
 			f.cached = 0
-			if err := f.fs.src.ReadChunk(f.fs.ctx, c, f.buf); err != nil {
+			if err := f.fs.src.ReadChunk(f.fs.ctx, seg.Chunk, f.buf); err != nil {
 				return n, &fs.PathError{Op: "read", Path: f.name, Err: err}
 			}
+			f.buf = f.buf[seg.Off : seg.Off+seg.Len]
 			f.cached = idx + 1
 		}
 		k := copy(p[n:], f.buf[off-idx*cs:])

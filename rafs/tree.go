@@ -34,6 +34,7 @@ type inode struct {
 	target    string
 	xattrs    []Xattr
 	pieces    []uint32 // regular files: sequence numbers of the file's chunks, resolved to chunk indexes at encode
+	batchOff  uint32   // a small file batched with others: its offset in its one chunk
 
 	ino   Ino    // assigned at encode
 	nlink uint32 // counted at encode

@@ -241,20 +241,20 @@ func (u *unpacker) regular(ctx context.Context, e entry) error {
 	buf := make([]byte, 0, u.b.ChunkSize())
 	var off int64
 	for i := range e.in.DataCount {
-		c, err := u.b.FileChunk(e.in, i)
+		seg, err := u.b.FileSegment(e.in, i)
 		if err != nil {
 			return fmt.Errorf("%s: %w", e.rel, err)
 		}
-		buf = buf[:c.Size]
-		if err := u.src.ReadChunk(ctx, c, buf); err != nil {
+		buf = buf[:seg.Size]
+		if err := u.src.ReadChunk(ctx, seg.Chunk, buf); err != nil {
 			return fmt.Errorf("%s: chunk %d: %w", e.rel, i, err)
 		}
-		if _, err := f.WriteAt(buf, off); err != nil {
+		if _, err := f.WriteAt(buf[seg.Off:seg.Off+seg.Len], off); err != nil {
 			return fmt.Errorf("write %s: %w", e.rel, err)
 		}
-		off += int64(c.Size)
+		off += int64(seg.Len)
 		if u.opts.Progress != nil {
-			u.opts.Progress(int64(c.Size))
+			u.opts.Progress(int64(seg.Len))
 		}
 	}
 	if err := f.Close(); err != nil {

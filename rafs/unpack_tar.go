@@ -79,19 +79,19 @@ func UnpackTar(ctx context.Context, b *Bootstrap, src ChunkSource, w io.Writer, 
 			if !e.in.IsReg() {
 				break
 			}
-			c, err := b.FileChunk(e.in, i)
+			seg, err := b.FileSegment(e.in, i)
 			if err != nil {
 				return fmt.Errorf("%s: %w", e.rel, err)
 			}
-			buf = buf[:c.Size]
-			if err := src.ReadChunk(ctx, c, buf); err != nil {
+			buf = buf[:seg.Size]
+			if err := src.ReadChunk(ctx, seg.Chunk, buf); err != nil {
 				return fmt.Errorf("%s: chunk %d: %w", e.rel, i, err)
 			}
-			if _, err := tw.Write(buf); err != nil {
+			if _, err := tw.Write(buf[seg.Off : seg.Off+seg.Len]); err != nil {
 				return fmt.Errorf("%s: %w", e.rel, err)
 			}
 			if opts.Progress != nil {
-				opts.Progress(int64(c.Size))
+				opts.Progress(int64(seg.Len))
 			}
 		}
 		return nil

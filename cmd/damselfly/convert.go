@@ -29,6 +29,7 @@ and one bootstrap layer with the merged metadata of the whole image.`,
 	f.String("compressor", "zstd", "chunk compressor: zstd or none")
 	f.Int("level", 1, "zstd level, 1 (fastest) to 4 (smallest)")
 	f.Int("workers", 0, "goroutines hashing and compressing chunks (0: one per core)")
+	f.Int("batch-size", 0, "pack files smaller than a quarter of this into shared chunks of up to this size (0: default 512 KiB, -1: off)")
 	f.String("chunk-dict", "", "RAFS image (or local bootstrap) whose chunks are reused instead of stored again")
 	f.String("prefetch-patterns", "", "file of paths or globs (one per line) for the prefetch table")
 	f.String("platform", "", "os/arch[/variant] to pick from a multi-platform source")
@@ -70,7 +71,7 @@ and one bootstrap layer with the merged metadata of the whole image.`,
 		res, err := convert.Convert(cmd.Context(), args[0], args[1], convert.Options{
 			Build: rafs.BuildOptions{
 				ChunkSize: uint32(l.Int("chunk-size")), Uncompressed: comp == rafs.CompressNone, Level: l.Int("level"),
-				Workers: l.Int("workers"), Prefetch: prefetch, Progress: prog.Add,
+				Workers: l.Int("workers"), BatchSize: l.Int("batch-size"), Prefetch: prefetch, Progress: prog.Add,
 			},
 			ChunkDict: l.String("chunk-dict"),
 			Index:     l.Bool("index"),
