@@ -228,7 +228,9 @@ func TestCloseDuringFetch(t *testing.T) {
 }
 
 // TestUploadLimit checks that the server's sending rate, over about a
-// second, is within 20% of UploadBytesPerSec.
+// second, does not exceed UploadBytesPerSec by more than 20%. A loaded
+// machine can only make it slower, so the lower bound is loose: it only
+// shows the limiter does not stall.
 func TestUploadLimit(t *testing.T) {
 	t.Parallel()
 	const rate = 4 << 20
@@ -258,8 +260,11 @@ func TestUploadLimit(t *testing.T) {
 	// The bucket starts full: that much goes out at once.
 	got := float64(total-int64(cfg.burst())) / took.Seconds()
 	t.Logf("%d bytes in %v: %.2f MiB/s after the initial burst, limit %.2f MiB/s", total, took, got/(1<<20), float64(rate)/(1<<20))
-	if got < 0.8*rate || got > 1.2*rate {
-		t.Fatalf("rate %.0f B/s, want within 20%% of %d", got, rate)
+	if got > 1.2*rate {
+		t.Fatalf("rate %.0f B/s exceeds the limit %d by more than 20%%", got, rate)
+	}
+	if got < 0.25*rate {
+		t.Fatalf("rate %.0f B/s, want at least a quarter of the limit %d: the limiter stalls", got, rate)
 	}
 }
 
