@@ -1,0 +1,137 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Config tunes a State. Every field must be set; Default gives values
+// sized for clusters of a few thousand peers.
+type Config struct {
+	// PeerTTL is how long a peer stays a member after its last
+	// registration or heartbeat. A peer silent for longer is never
+	// offered as a parent, and Expire drops it with all its holdings.
+	PeerTTL time.Duration
+
+	// MaxParents is the most parents one answer names.
+	MaxParents int
+	// MaxChunksPerQuery bounds the chunks of one Parents call (as the
+	// chunk exchange bounds a batch).
+	MaxChunksPerQuery int
+	// MaxChunksPerBlob bounds chunk ordinals: every ordinal must be below
+	// it. It caps the size of one holding's bitset.
+	MaxChunksPerBlob uint32
+	// MaxHoldingBytesPerPeer bounds the memory one peer's holdings may
+	// take (bitset words plus a fixed cost per blob held), so a peer that
+	// announces absurd ordinals or blobs hurts only itself.
+	MaxHoldingBytesPerPeer int64
+
+	// OriginFetchers (M) is the most peers fetching one chunk from the
+	// origin at the same time. The others are told to wait for them.
+	OriginFetchers int
+	// OriginTimeout is how long a designated fetcher has to announce the
+	// chunk before its turn is given to the next peer that asks.
+	OriginTimeout time.Duration
+	// WaitRetry is the longest "ask again after" given to a waiting peer.
+	WaitRetry time.Duration
+	// MaxWaiters bounds the peers remembered as waiting for one chunk (to
+	// be woken when it is announced). Waiters beyond it still retry.
+	MaxWaiters int
+
+	// LeaseTimeout is how long an assignment counts as load on its parent
+	// and may be reported on, unless the requester reports it sooner.
+	LeaseTimeout time.Duration
+	// MaxLeasesPerPeer bounds a requester's outstanding assignments; the
+	// oldest is released when a new one would exceed it.
+	MaxLeasesPerPeer int
+
+	// FeedbackWeight is the weight of the newest report in the moving
+	// averages of a peer's success rate and throughput, in (0, 1].
+	FeedbackWeight float64
+	// RefThroughput (bytes/s) is the throughput at which a parent counts
+	// as fully fast; slower parents rank lower, down to a quarter.
+	RefThroughput int64
+	// Jitter is the spread of the random factor that breaks ties between
+	// near-equal parents, in [0, 1): scores are multiplied by a uniform
+	// value in [1-Jitter/2, 1+Jitter/2).
+	Jitter float64
+
+	// BanDuration is how long a ban, and an accuser's own avoidance of
+	// the peer it accused, last. Accusations are remembered as long.
+	BanDuration time.Duration
+	// BanQuorum is how many distinct peers must accuse a peer of bad
+	// bytes (within BanDuration) before it is banned cluster-wide.
+	BanQuorum int
+	// AccusationBurst and AccusationRefill rate-limit bad-bytes
+	// accusations per reporter: a token bucket of AccusationBurst tokens,
+	// one token back every AccusationRefill.
+	AccusationBurst  int
+	AccusationRefill time.Duration
+}
+
+// Default returns the default configuration.
+func Default() Config {
+	return Config{
+		PeerTTL:                30 * time.Second,
+		MaxParents:             4,
+		MaxChunksPerQuery:      1024,
+		MaxChunksPerBlob:       1 << 20,
+		MaxHoldingBytesPerPeer: 16 << 20,
+		OriginFetchers:         1,
+		OriginTimeout:          30 * time.Second,
+		WaitRetry:              time.Second,
+		MaxWaiters:             64,
+		LeaseTimeout:           30 * time.Second,
+		MaxLeasesPerPeer:       256,
+		FeedbackWeight:         0.2,
+		RefThroughput:          25 << 20,
+		Jitter:                 0.1,
+		BanDuration:            15 * time.Minute,
+		BanQuorum:              2,
+		AccusationBurst:        5,
+		AccusationRefill:       12 * time.Second,
+	}
+}
+
+// Validate reports every problem with c at once, each naming its field.
+func (c Config) Validate() error {
+	var errs []error
+	positiveDur := func(name string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %v must be positive", name, d))
+		}
+	}
+	positiveInt := func(name string, n int64) {
+		if n <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %d must be positive", name, n))
+		}
+	}
+	positiveDur("PeerTTL", c.PeerTTL)
+	positiveInt("MaxParents", int64(c.MaxParents))
+	positiveInt("MaxChunksPerQuery", int64(c.MaxChunksPerQuery))
+	positiveInt("MaxChunksPerBlob", int64(c.MaxChunksPerBlob))
+	positiveInt("MaxHoldingBytesPerPeer", c.MaxHoldingBytesPerPeer)
+	positiveInt("OriginFetchers", int64(c.OriginFetchers))
+	positiveDur("OriginTimeout", c.OriginTimeout)
+	positiveDur("WaitRetry", c.WaitRetry)
+	positiveInt("MaxWaiters", int64(c.MaxWaiters))
+	positiveDur("LeaseTimeout", c.LeaseTimeout)
+	positiveInt("MaxLeasesPerPeer", int64(c.MaxLeasesPerPeer))
+	if w := c.FeedbackWeight; math.IsNaN(w) || w <= 0 || w > 1 {
+		errs = append(errs, fmt.Errorf("FeedbackWeight: %v is outside (0, 1]", w))
+	}
+	positiveInt("RefThroughput", c.RefThroughput)
+	if j := c.Jitter; math.IsNaN(j) || j < 0 || j >= 1 {
+		errs = append(errs, fmt.Errorf("Jitter: %v is outside [0, 1)", j))
+	}
+	positiveDur("BanDuration", c.BanDuration)
+	positiveInt("BanQuorum", int64(c.BanQuorum))
+	positiveInt("AccusationBurst", int64(c.AccusationBurst))
+	positiveDur("AccusationRefill", c.AccusationRefill)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("scheduler config: %w", err)
+	}
+	return nil
+}

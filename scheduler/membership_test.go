@@ -1,0 +1,143 @@
+package scheduler
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRegisterRejectsBadInfo(t *testing.T) {
+	long := strings.Repeat("x", MaxStringLen+1)
+	tests := []struct {
+		name string
+		id   string
+		info PeerInfo
+	}{
+		{"empty ID", "", PeerInfo{}},
+		{"long ID", long, PeerInfo{}},
+		{"too many addrs", "a", PeerInfo{Addrs: make([]string, MaxAddrs+1)}},
+		{"long addr", "a", PeerInfo{Addrs: []string{long}}},
+		{"long label", "a", PeerInfo{Labels: map[string]string{"zone": long}}},
+		{"negative capacity", "a", PeerInfo{UploadCapacity: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newState(t, nil)
+			if err := s.Register(tt.id, tt.info, t0); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid", err)
+			}
+			if len(s.Peers(t0)) != 0 {
+				t.Fatal("peer registered")
+			}
+		})
+	}
+}
+
+// A peer that misses heartbeats for the TTL is never named again, even
+// before Expire runs, and Expire drops it with all its holdings.
+func TestExpiryDropsHoldings(t *testing.T) {
+	blob := digest("b")
+	tests := []struct {
+		name      string
+		heartbeat time.Duration // when "a" last beat (< 0: never after registering)
+		ask       time.Duration // when "r" asks
+		wantA     bool          // "a" still offered
+	}{
+		{"fresh", -1, 10 * time.Second, true},
+		{"heartbeat keeps it", 20 * time.Second, 45 * time.Second, true},
+		{"exactly at TTL", -1, 30 * time.Second, true},
+		{"past TTL", -1, 31 * time.Second, false},
+		{"past TTL after heartbeat", 20 * time.Second, 51 * time.Second, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newState(t, nil) // PeerTTL 30 s
+			mustRegister(t, s, "a", nil, t0)
+			mustRegister(t, s, "r", nil, t0)
+			mustAnnounce(t, s, "a", blob, seq(0, 4), t0)
+			if tt.heartbeat >= 0 {
+				if err := s.Heartbeat("a", Load{}, at(tt.heartbeat)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Keep the requester alive whatever a's fate.
+			if err := s.Register("r", PeerInfo{}, at(tt.ask)); err != nil {
+				t.Fatal(err)
+			}
+			a := mustParents(t, s, "r", blob, seq(0, 4), at(tt.ask))
+			got := slices.Contains(parentIDs(a), "a")
+			if got != tt.wantA {
+				t.Fatalf("a offered = %v, want %v: %s", got, tt.wantA, describe(a))
+			}
+			gone := s.Expire(at(tt.ask))
+			if tt.wantA == slices.Contains(gone, "a") {
+				t.Fatalf("Expire returned %v", gone)
+			}
+			if !tt.wantA {
+				if err := s.Heartbeat("a", Load{}, at(tt.ask)); !errors.Is(err, ErrUnknownPeer) {
+					t.Fatalf("heartbeat after expiry: %v, want ErrUnknownPeer", err)
+				}
+				for _, b := range s.Blobs() {
+					if b.Blob == blob && b.Holders != 0 {
+						t.Fatalf("expired peer's holdings kept: %+v", b)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestHeartbeatUnknownPeer(t *testing.T) {
+	s := newState(t, nil)
+	if err := s.Heartbeat("nobody", Load{}, t0); !errors.Is(err, ErrUnknownPeer) {
+		t.Fatalf("err = %v", err)
+	}
+	mustRegister(t, s, "a", nil, t0)
+	if err := s.Heartbeat("a", Load{ActiveUploads: -1}, t0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative load: err = %v", err)
+	}
+}
+
+// Registering again starts a new session: holdings are dropped (the peer
+// announces in full next), feedback is kept.
+func TestReRegisterDropsHoldingsKeepsFeedback(t *testing.T) {
+	blob := digest("b")
+	s := newState(t, nil)
+	mustRegister(t, s, "a", nil, t0)
+	mustRegister(t, s, "r", nil, t0)
+	mustAnnounce(t, s, "a", blob, []uint32{1}, t0)
+	mustParents(t, s, "r", blob, []uint32{1}, t0)
+	if _, err := s.Report("r", "a", Outcome{Blob: blob}, t0); err != nil {
+		t.Fatal(err)
+	}
+	mustRegister(t, s, "a", nil, at(time.Second))
+	a := mustParents(t, s, "r", blob, []uint32{1}, at(time.Second))
+	if len(a.Parents) != 0 {
+		t.Fatalf("old session's holdings offered: %s", describe(a))
+	}
+	v := s.Peers(at(time.Second))[0]
+	if v.ID != "a" || v.Success >= 1 || v.Reports != 1 {
+		t.Fatalf("feedback not kept: %+v", v)
+	}
+}
+
+func TestUnregister(t *testing.T) {
+	blob := digest("b")
+	s := newState(t, nil)
+	mustRegister(t, s, "a", labels("z", "r", "h"), t0)
+	mustRegister(t, s, "r", nil, t0)
+	mustAnnounce(t, s, "a", blob, []uint32{1}, t0)
+	s.Unregister("a")
+	s.Unregister("a") // twice is fine
+	if a := mustParents(t, s, "r", blob, []uint32{1}, t0); len(a.Parents) != 0 {
+		t.Fatalf("unregistered peer offered: %s", describe(a))
+	}
+	if st := s.Stats(); st.Peers != 1 || st.Holdings != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if len(s.labels) != 0 {
+		t.Fatalf("labels of departed peers kept: %v", s.labels)
+	}
+}

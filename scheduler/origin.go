@@ -1,0 +1,189 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"damselfly/rafs"
+)
+
+// originFetch is one chunk nobody holds, and the peers whose turn it is
+// to fetch it from origin. At most Config.OriginFetchers hold a turn at
+// once; a turn ends when anyone announces the chunk, when its holder
+// gives it up (AbandonOrigin) or leaves, or at its deadline, after which
+// the next peer to ask gets it. So origin sees about one request per
+// chunk however many peers want it, and a fetcher that died or stalled
+// holds the others up by at most Config.OriginTimeout.
+type originFetch struct {
+	turns   []fetchTurn
+	waiters []string // peers told to wait, to wake when the chunk arrives
+}
+
+type fetchTurn struct {
+	p        *peer
+	deadline time.Time
+}
+
+// prune ends f's turns that ran out or whose peer left or was banned.
+func (s *State) prune(f *originFetch, now time.Time) {
+	f.turns = slices.DeleteFunc(f.turns, func(t fetchTurn) bool {
+		if t.p.gone || !now.Before(t.deadline) || s.banned(t.p, now) {
+			t.p.fetching--
+			return true
+		}
+		return false
+	})
+}
+
+// originTurn decides who fetches unheld chunk c of b for requester r:
+// r itself (true), or the peers holding turns, whom r waits for (false).
+func (s *State) originTurn(b *blobState, r *peer, c uint32, now time.Time) (*originFetch, bool) {
+	if b.origin == nil {
+		b.origin = map[uint32]*originFetch{}
+	}
+	f := b.origin[c]
+	if f == nil {
+		f = &originFetch{}
+		b.origin[c] = f
+	}
+	s.prune(f, now)
+	for _, t := range f.turns {
+		if t.p == r {
+			return f, true
+		}
+	}
+	if len(f.turns) < s.cfg.OriginFetchers {
+		f.turns = append(f.turns, fetchTurn{p: r, deadline: now.Add(s.cfg.OriginTimeout)})
+		r.fetching++
+		if i := slices.Index(f.waiters, r.id); i >= 0 {
+			f.waiters = slices.Delete(f.waiters, i, i+1)
+		}
+		return f, true
+	}
+	if len(f.waiters) < s.cfg.MaxWaiters && !slices.Contains(f.waiters, r.id) {
+		f.waiters = append(f.waiters, r.id)
+	}
+	return f, false
+}
+
+// retryAfter is how long a waiter for f should wait before asking again:
+// until the earliest turn ends, at most Config.WaitRetry.
+func (s *State) retryAfter(f *originFetch, now time.Time) time.Duration {
+	d := s.cfg.WaitRetry
+	for _, t := range f.turns {
+		d = min(d, t.deadline.Sub(now))
+	}
+	return max(d, 0)
+}
+
+// resolveOrigin ends the origin fetches of b that announcer's new chunks
+// (listed, or set in full) satisfy, and returns their waiters.
+func (s *State) resolveOrigin(b *blobState, announcer *peer, chunks []uint32, full Bitset) []string {
+	if len(b.origin) == 0 {
+		return nil
+	}
+	var woken []string
+	end := func(c uint32, f *originFetch) {
+		for _, t := range f.turns {
+			t.p.fetching--
+		}
+		woken = append(woken, f.waiters...)
+		delete(b.origin, c)
+	}
+	if full != nil {
+		for c, f := range b.origin {
+			if full.Has(c) {
+				end(c, f)
+			}
+		}
+	} else {
+		for _, c := range chunks {
+			if f := b.origin[c]; f != nil {
+				end(c, f)
+			}
+		}
+	}
+	return wakeList(woken, announcer.id)
+}
+
+// wakeList sorts and dedupes ids, leaving out self.
+func wakeList(ids []string, self string) []string {
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	if i, ok := slices.BinarySearch(ids, self); ok {
+		ids = slices.Delete(ids, i, i+1)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return ids
+}
+
+// AbandonOrigin gives up peerID's turns to fetch chunks of blob from
+// origin (the fetch failed), so that the next peer to ask gets the turn
+// at once instead of at the deadline. It returns the peers that were
+// waiting for those chunks, to be told to ask again.
+func (s *State) AbandonOrigin(peerID string, blob rafs.Digest, chunks []uint32, now time.Time) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, err := s.member(peerID, now)
+	if err != nil {
+		return nil, fmt.Errorf("abandon origin fetch of %s: %w", blob, err)
+	}
+	b := s.blobs[blob]
+	if b == nil {
+		return nil, nil
+	}
+	var woken []string
+	for _, c := range chunks {
+		f := b.origin[c]
+		if f == nil {
+			continue
+		}
+		i := slices.IndexFunc(f.turns, func(t fetchTurn) bool { return t.p == p })
+		if i < 0 {
+			continue
+		}
+		f.turns = slices.Delete(f.turns, i, i+1)
+		p.fetching--
+		woken = append(woken, f.waiters...)
+		f.waiters = f.waiters[:0]
+		if len(f.turns) == 0 {
+			delete(b.origin, c)
+		}
+	}
+	s.forgetIfEmpty(b)
+	return wakeList(woken, p.id), nil
+}
+
+// dropFetches ends every origin fetch turn p holds.
+func (s *State) dropFetches(p *peer) {
+	if p.fetching == 0 {
+		return
+	}
+	for _, b := range s.blobs {
+		for c, f := range b.origin {
+			f.turns = slices.DeleteFunc(f.turns, func(t fetchTurn) bool { return t.p == p })
+			if len(f.turns) == 0 {
+				delete(b.origin, c)
+			}
+		}
+		s.forgetIfEmpty(b)
+	}
+	p.fetching = 0
+}
+
+// sweepOrigin ends turns that ran out and forgets fetches nobody holds a
+// turn for; their waiters ask again at their retry time.
+func (s *State) sweepOrigin(now time.Time) {
+	for _, b := range s.blobs {
+		for c, f := range b.origin {
+			s.prune(f, now)
+			if len(f.turns) == 0 {
+				delete(b.origin, c)
+			}
+		}
+		s.forgetIfEmpty(b)
+	}
+}

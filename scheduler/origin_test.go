@@ -1,0 +1,182 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// requesters registers n requesters "r0".."r<n-1>" at t0.
+func requesters(t *testing.T, s *State, n int) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("r%d", i)
+		mustRegister(t, s, id, nil, t0)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// With 8 requesters for a chunk nobody holds, at most M fetch from origin
+// and the others wait for them.
+func TestOriginFetchersBounded(t *testing.T) {
+	for _, m := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("M=%d", m), func(t *testing.T) {
+			s := newState(t, func(c *Config) { c.OriginFetchers = m })
+			ids := requesters(t, s, 8)
+			var fetchers, waiters []string
+			for _, id := range ids {
+				a := mustParents(t, s, id, digest("b"), []uint32{3}, t0)
+				switch {
+				case slices.Equal(a.Origin, []uint32{3}):
+					fetchers = append(fetchers, id)
+				case len(a.Wait) == 1:
+					waiters = append(waiters, id)
+					w := a.Wait[0]
+					if len(w.Fetchers) != min(m, len(fetchers)) || w.RetryAfter <= 0 || w.RetryAfter > s.cfg.WaitRetry {
+						t.Fatalf("%s: bad wait %s", id, describe(a))
+					}
+				default:
+					t.Fatalf("%s: %s", id, describe(a))
+				}
+			}
+			if !slices.Equal(fetchers, ids[:m]) {
+				t.Fatalf("fetchers %v, want %v", fetchers, ids[:m])
+			}
+			// Asking again changes nothing for anyone.
+			for _, id := range ids {
+				a := mustParents(t, s, id, digest("b"), []uint32{3}, at(time.Second))
+				if mine := len(a.Origin) > 0; mine != slices.Contains(fetchers, id) {
+					t.Fatalf("second ask by %s: %s", id, describe(a))
+				}
+			}
+			if v := s.OriginFetches(at(time.Second)); len(v) != 1 || len(v[0].Fetchers) != m || len(v[0].Waiters) != 8-m {
+				t.Fatalf("admin view %+v", v)
+			}
+		})
+	}
+}
+
+// Once the fetcher announces the chunk, waiters are woken and pointed at it.
+func TestOriginAnnounceDirectsWaiters(t *testing.T) {
+	s := newState(t, nil)
+	ids := requesters(t, s, 4)
+	for _, id := range ids {
+		mustParents(t, s, id, digest("b"), []uint32{1, 2}, t0)
+	}
+	woken := mustAnnounce(t, s, "r0", digest("b"), []uint32{1, 2}, at(time.Second))
+	if !slices.Equal(woken, ids[1:]) {
+		t.Fatalf("woken %v, want %v", woken, ids[1:])
+	}
+	for _, id := range ids[1:] {
+		a := mustParents(t, s, id, digest("b"), []uint32{1, 2}, at(time.Second))
+		if len(a.Parents) != 1 || a.Parents[0].ID != "r0" || !slices.Equal(a.Parents[0].Chunks, []uint32{1, 2}) {
+			t.Fatalf("%s not pointed at the fetcher: %s", id, describe(a))
+		}
+	}
+	if v := s.OriginFetches(at(time.Second)); len(v) != 0 {
+		t.Fatalf("fetches still in flight: %+v", v)
+	}
+}
+
+// A fetcher that does not deliver in time loses its turn to the next peer
+// that asks; one that gives up loses it at once.
+func TestOriginTurnPassesOn(t *testing.T) {
+	tests := []struct {
+		name    string
+		release func(t *testing.T, s *State) time.Time // returns when r1 asks again
+		want    bool                                   // r1 gets the turn
+	}{
+		{"before the deadline", func(*testing.T, *State) time.Time { return at(29 * time.Second) }, false},
+		{"at the deadline", func(*testing.T, *State) time.Time { return at(30 * time.Second) }, true},
+		{"fetcher gives up", func(t *testing.T, s *State) time.Time {
+			woken, err := s.AbandonOrigin("r0", digest("b"), []uint32{5}, at(time.Second))
+			if err != nil || !slices.Equal(woken, []string{"r1", "r2"}) {
+				t.Fatalf("abandon: woken %v, %v", woken, err)
+			}
+			return at(time.Second)
+		}, true},
+		{"fetcher leaves", func(t *testing.T, s *State) time.Time { s.Unregister("r0"); return at(time.Second) }, true},
+		{"fetcher expires", func(t *testing.T, s *State) time.Time {
+			for _, id := range []string{"r1", "r2"} {
+				if err := s.Heartbeat(id, Load{}, at(20*time.Second)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Expire(at(31 * time.Second)) // r0 missed its heartbeats
+			return at(31 * time.Second)
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newState(t, func(c *Config) { c.OriginTimeout = 30 * time.Second; c.PeerTTL = 30 * time.Second })
+			requesters(t, s, 3)
+			for _, id := range []string{"r0", "r1", "r2"} {
+				mustParents(t, s, id, digest("b"), []uint32{5}, t0)
+			}
+			now := tt.release(t, s)
+			a := mustParents(t, s, "r1", digest("b"), []uint32{5}, now)
+			if got := slices.Equal(a.Origin, []uint32{5}); got != tt.want {
+				t.Fatalf("r1 has the turn = %v, want %v: %s", got, tt.want, describe(a))
+			}
+			if tt.want {
+				a = mustParents(t, s, "r2", digest("b"), []uint32{5}, now)
+				if len(a.Wait) != 1 || !slices.Equal(a.Wait[0].Fetchers, []string{"r1"}) {
+					t.Fatalf("r2 not told to wait for r1: %s", describe(a))
+				}
+			}
+		})
+	}
+}
+
+// The retry time never outlasts the fetcher's deadline.
+func TestOriginRetryAfter(t *testing.T) {
+	s := newState(t, func(c *Config) { c.OriginTimeout = 3 * time.Second; c.WaitRetry = 2 * time.Second })
+	requesters(t, s, 2)
+	mustParents(t, s, "r0", digest("b"), []uint32{0}, t0)
+	for _, tc := range []struct {
+		now  time.Duration
+		want time.Duration
+	}{{0, 2 * time.Second}, {1500 * time.Millisecond, 1500 * time.Millisecond}, {2900 * time.Millisecond, 100 * time.Millisecond}} {
+		a := mustParents(t, s, "r1", digest("b"), []uint32{0}, at(tc.now))
+		if len(a.Wait) != 1 || a.Wait[0].RetryAfter != tc.want {
+			t.Fatalf("at %v: %s, want retry after %v", tc.now, describe(a), tc.want)
+		}
+	}
+}
+
+// Expire forgets fetches whose turns all ran out.
+func TestExpireSweepsOrigin(t *testing.T) {
+	s := newState(t, func(c *Config) { c.OriginTimeout = time.Second })
+	requesters(t, s, 1)
+	mustParents(t, s, "r0", digest("b"), seq(0, 10), t0)
+	if st := s.Stats(); st.OriginFetches != 10 {
+		t.Fatalf("stats %+v", st)
+	}
+	s.Expire(at(time.Second))
+	if st := s.Stats(); st.OriginFetches != 0 || st.Blobs != 0 {
+		t.Fatalf("stats after expiry %+v", st)
+	}
+	if v := s.Peers(at(time.Second)); v[0].OriginTurns != 0 {
+		t.Fatalf("turn count %d", v[0].OriginTurns)
+	}
+}
+
+// A banned peer may read: it fetches unheld chunks from origin itself,
+// without taking a turn that others would wait on in vain.
+func TestBannedRequesterTakesNoTurn(t *testing.T) {
+	s := newState(t, nil)
+	requesters(t, s, 2)
+	s.Ban("r0", t0)
+	if a := mustParents(t, s, "r0", digest("b"), []uint32{1}, t0); !slices.Equal(a.Origin, []uint32{1}) {
+		t.Fatalf("banned requester: %s", describe(a))
+	}
+	if st := s.Stats(); st.Blobs != 0 || st.OriginFetches != 0 {
+		t.Fatalf("state kept for a banned requester's fetch: %+v", st)
+	}
+	if a := mustParents(t, s, "r1", digest("b"), []uint32{1}, t0); !slices.Equal(a.Origin, []uint32{1}) {
+		t.Fatalf("r1 made to wait for a banned peer: %s", describe(a))
+	}
+}

@@ -1,0 +1,117 @@
+package scheduler
+
+import "time"
+
+// scratch is one query's working space, pooled so that queries running in
+// parallel under the read lock do not allocate it each time.
+type scratch struct {
+	want   []uint32
+	rem    []uint64
+	cands  []cand
+	masks  []uint64 // coverage of cands[i] is masks[i*W:(i+1)*W], W = len(rem)
+	chosen []*peer  // the peers of Answer.Parents, in order
+}
+
+func newScratch() any { return new(scratch) }
+
+// cand is one possible parent during a query.
+type cand struct {
+	slot  int32
+	gain  int32   // chunks of the request it holds, as of the last look
+	score float64 // see score.go
+}
+
+// candidates fills sc.cands and sc.masks with the holders of b that may
+// serve r and hold some of q. Read lock.
+func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now time.Time) {
+	w := len(q.rem)
+	cs, masks := sc.cands[:0], sc.masks[:0]
+	nowNs, oldest := now.UnixNano(), now.UnixNano()-s.cfg.PeerTTL.Nanoseconds()
+	avoid := r.rep != nil && len(r.rep.avoid) > 0
+	rh := &s.hot[r.slot]
+	hot := s.hot
+	jit := s.newJitter()
+	for i := range b.holders {
+		h := &b.holders[i]
+		base := len(masks)
+		masks = append(masks, make([]uint64, w)...)
+		g := q.restrict(b.row(h), masks[base:])
+		if g == 0 || h.slot == r.slot {
+			masks = masks[:base]
+			continue
+		}
+		ph := &hot[h.slot]
+		if ph.seen < oldest || nowNs < ph.bannedUntil || (avoid && r.rep.avoids(s.bySlot[h.slot].id, now)) {
+			masks = masks[:base]
+			continue
+		}
+		score := locality(rh, ph) * ph.q * jit.next()
+		cs = append(cs, cand{slot: h.slot, gain: int32(g), score: score})
+	}
+	sc.cands, sc.masks = cs, masks
+}
+
+// choose names parents from sc.cands until q is covered, no candidate
+// holds what is left, or MaxParents are named: each round takes the
+// candidate with the largest remaining coverage × score (greedy weighted
+// set cover). Coverage only falls from round to round, so a candidate
+// whose last coverage × score cannot beat the best found so far is
+// skipped without a recount. Read lock.
+func (s *State) choose(sc *scratch, ans *Answer, r *peer, q *request) {
+	w := len(q.rem)
+	cs, masks := sc.cands, sc.masks
+	sc.chosen = sc.chosen[:0]
+	for round := 0; q.left > 0 && len(ans.Parents) < s.cfg.MaxParents; round++ {
+		best, bestKey := -1, 0.0
+		for i := range cs {
+			c := &cs[i]
+			if c.gain == 0 || float64(c.gain)*c.score <= bestKey {
+				continue
+			}
+			if round > 0 {
+				c.gain = int32(q.gain(masks[i*w : (i+1)*w]))
+			}
+			if k := float64(c.gain) * c.score; c.gain > 0 && k > bestKey {
+				best, bestKey = i, k
+			}
+		}
+		if best < 0 {
+			return
+		}
+		c := &cs[best]
+		p := s.bySlot[c.slot]
+		got := q.take(masks[best*w:(best+1)*w], make([]uint32, 0, c.gain))
+		c.gain = 0
+		ans.Parents = append(ans.Parents, Parent{ID: p.id, Addrs: p.info.Addrs, Chunks: got})
+		sc.chosen = append(sc.chosen, p)
+	}
+}
+
+// rest splits the chunks no parent was named for: later, those some
+// candidate not named holds (to be asked about again), and unheld, those
+// nobody may serve (origin coordination). Read lock.
+func (s *State) rest(sc *scratch, q *request) (later, unheld []uint32) {
+	w := len(q.rem)
+	var held []uint64
+	for i := range sc.cands {
+		if sc.cands[i].gain == 0 {
+			continue
+		}
+		if held == nil {
+			held = make([]uint64, w)
+		}
+		m := sc.masks[i*w : (i+1)*w]
+		for j := range held {
+			held[j] |= m[j] & q.rem[j]
+		}
+	}
+	for i, x := range q.rem {
+		var h uint64
+		if held != nil {
+			h = held[i]
+		}
+		later = q.ordinals(i, x&h, later)
+		unheld = q.ordinals(i, x&^h, unheld)
+	}
+	return later, unheld
+}
