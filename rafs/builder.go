@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path"
 	"runtime"
 	"sort"
 	"sync"
@@ -157,6 +158,7 @@ const DefaultBatchSize = 512 << 10
 // pendingBatch is a chunk of small files being filled; its sequence
 // number is known only when it is sent, after the files that point to it.
 type pendingBatch struct {
+	dir    string
 	buf    *[]byte
 	seq    uint32
 	sent   bool
@@ -391,7 +393,11 @@ func (b *builder) addSmall(ctx context.Context, layer int, in *inode, r io.Reade
 		b.pointAt(in, ref.b)
 		return nil
 	}
-	if b.batch != nil && len(*b.batch.buf)+len(d) > b.opts.BatchSize {
+	// A batch holds files of one directory: inserting a file elsewhere in
+	// a new version of the layer then moves no other batch's boundaries,
+	// so the rest still dedup against the old version's chunks.
+	dir := path.Dir(path.Clean("/" + name))
+	if b.batch != nil && (len(*b.batch.buf)+len(d) > b.opts.BatchSize || b.batch.dir != dir) {
 		if err := b.flushBatch(ctx, layer, seq, jobs, ordered); err != nil {
 			return err
 		}
@@ -399,7 +405,7 @@ func (b *builder) addSmall(ctx context.Context, layer int, in *inode, r io.Reade
 	if b.batch == nil {
 		bp := bufs.Get().(*[]byte)
 		*bp = (*bp)[:0]
-		b.batch = &pendingBatch{buf: bp}
+		b.batch = &pendingBatch{buf: bp, dir: dir}
 	}
 	in.batchOff = uint32(len(*b.batch.buf))
 	*b.batch.buf = append(*b.batch.buf, d...)

@@ -183,8 +183,9 @@ func TestBuildMergesLayers(t *testing.T) {
 		t.Errorf("xattrs: got %v", xs)
 	}
 	// big and big2 (4 chunks each) share all chunks; zeros is two identical
-	// chunks, one stored; the small files of each layer are one batch.
-	if res.Stats.Pieces != 4+4+2+2 || res.Stats.NewChunks != 4+1+2 {
+	// chunks, one stored; small files are batched per directory: etc, opq,
+	// dir2file and the root in the lower layer, opq and the root above.
+	if res.Stats.Pieces != 4+4+2+6 || res.Stats.NewChunks != 4+1+6 {
 		t.Errorf("stats: got %+v", res.Stats)
 	}
 	if res.LayerBlobs[0] != 0 || len(res.Blobs) < 1 {
