@@ -47,8 +47,19 @@ fuzz:
 		done; \
 	done
 
+# Converter benchmarks against eStargz (about 15 minutes; the first run also
+# downloads Debian packages and builds the images into integration/bench/out).
+# Flags, e.g. BENCH_FLAGS="-runs 5 -big-bytes 0": go run ./integration/bench/convert -h
+BENCH_FLAGS ?=
 bench-convert:
-	$(GO) run ./integration/bench/convert
+	$(GO) run ./integration/bench/convert $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin
+
+# Mount daemon benchmarks against pull + unpack, through a shaped link
+# (about 20 minutes, as root; the first run also builds the images).
+# Flags, e.g. BENCH_MOUNT_FLAGS=-quick: go run ./integration/bench/mount -h
+.PHONY: bench-mount
+BENCH_MOUNT_FLAGS ?=
+bench-mount: ; $(GO) run ./integration/bench/mount $(BENCH_MOUNT_FLAGS)

@@ -1,0 +1,12 @@
+// Package bench is the benchmark harness for the RAFS converter. It builds
+// the images the benchmarks convert (a real Python/NumPy/SciPy image made
+// from Debian packages, and synthetic sample images of a chosen size, all
+// as gzip OCI layouts cached under one directory), runs the converters as
+// child processes so that wall time and peak RSS are measured the same way
+// for each, checks chunk deduplication across an image pair through the
+// bootstrap, and reports the results as a markdown table and JSON.
+//
+// The programs below it are thin: convert is the harness that
+// `make bench-convert` runs, images only builds the images, and estargz is
+// the eStargz baseline converter that the harness measures side by side.
+package bench
