@@ -315,9 +315,13 @@ func TestUploadFairness(t *testing.T) {
 	wg.Wait()
 	t.Logf("peer a (3 streams) %d bytes, peer b (1 stream) %d bytes", got[a], got[b])
 	// The full bucket at the start goes to whoever asks first; after that
-	// the peers take turns, a chunk of slices at a time.
-	slack := int64(cfg.burst()) + 4*(64<<10)
-	if d := got[a] - got[b]; d > slack || d < -slack {
-		t.Fatalf("a got %d bytes more than b, want at most %d", d, slack)
+	// the peers take turns. Shared per stream, b would get a quarter;
+	// shared per peer, half. A loaded machine adds noise, so the check
+	// sits between the two.
+	after := got[a] + got[b] - int64(cfg.burst())
+	for name, n := range map[string]int64{"a": got[a], "b": got[b]} {
+		if float64(n) < 0.35*float64(after) {
+			t.Fatalf("peer %s got %d of %d bytes after the initial burst, want at least 35%% (an even share is 50%%)", name, n, after)
+		}
 	}
 }
