@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"os"
 	"syscall"
 	"time"
@@ -64,13 +65,15 @@ func (c *Cache) Put(d rafs.Digest, m Meta, stored []byte) error {
 	return nil
 }
 
-// write writes d's entry file, once more if the directory was deleted
-// under the first attempt.
+// write writes d's entry file, again (a few times) if the directory was
+// being deleted under it: a concurrent rm -rf makes mkdir, create and
+// rename fail with ENOENT, and MkdirAll with EEXIST when the directory it
+// found vanished before it could check it.
 func (c *Cache) write(d rafs.Digest, m Meta, path string, stored []byte) error {
 	h := header{digest: d, meta: m, payloadCRC: crc32.Checksum(stored, castagnoli)}
 	shard := c.paths.shard(d)
 	err := writeEntry(shard, path, h, stored)
-	if isNotExist(err) {
+	for attempt := 0; attempt < 4 && (isNotExist(err) || errors.Is(err, fs.ErrExist)); attempt++ {
 		err = writeEntry(shard, path, h, stored)
 	}
 	if err == nil {
