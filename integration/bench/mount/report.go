@@ -54,7 +54,7 @@ func (r *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# damselfly mount benchmarks\n\n%s; started %s; commit %s.\n\n", r.Environment["machine"], r.Started, r.Environment["commit"])
 	fmt.Fprintf(&b, "Links: %s. Runs: %s; figures are medians. Cold-read configs: %s.\n\n", r.Options["profiles"], r.Options["runs"], r.Options["cold_configs"])
-	b.WriteString("| row | damselfly (median) | baseline (median) | ratio | target | met? | runs | reproduce |\n")
+	b.WriteString("| row | damselfly (median) | baseline (median) | ratio | target | met? | samples | reproduce |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, row := range r.Rows {
 		d := row.DamselflyText
