@@ -23,7 +23,6 @@ import (
 
 	"damselfly/rafs/image"
 	"damselfly/rafs/rafstest"
-	"damselfly/rafs/transport"
 )
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -233,25 +232,7 @@ func pushToRegistry(t *testing.T, layout, tag string) (*flakyRegistry, string) {
 	fr := &flakyRegistry{h: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}
 	srv := httptest.NewServer(fr)
 	t.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "http://")
-	ctx := context.Background()
-	src, err := transport.Parse("oci:"+layout+":"+tag, transport.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := transport.ReadImage(ctx, src, transport.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := "docker://" + host + "/corpus/" + strings.TrimSuffix(tag, "-rafs") + ":rafs"
-	dst, err := transport.Parse(ref, transport.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := transport.WriteImage(ctx, dst, img, transport.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	return fr, ref
+	return fr, copyToRegistry(t, layout, tag, strings.TrimPrefix(srv.URL, "http://"))
 }
 
 func TestRegistryFaults(t *testing.T) {
