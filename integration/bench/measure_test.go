@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"damselfly/rafs/rafstest"
+
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +30,7 @@ func TestMedian(t *testing.T) {
 func TestMeasure(t *testing.T) {
 	sh, err := exec.LookPath("sh")
 	if err != nil {
-		t.Skip("needs sh")
+		rafstest.SkipOrFail(t, "needs sh")
 	}
 	s, out, err := (Meter{}).Measure(t.Context(), []string{sh, "-c", "echo hi"})
 	if err != nil {
@@ -54,7 +56,7 @@ func TestMeterWrapper(t *testing.T) {
 	}
 	sh, err := exec.LookPath("sh")
 	if err != nil {
-		t.Skip("needs sh")
+		rafstest.SkipOrFail(t, "needs sh")
 	}
 	wrapper := filepath.Join(t.TempDir(), "rusage")
 	if out, err := exec.Command(gobin, "build", "-o", wrapper, "./rusage").CombinedOutput(); err != nil {
