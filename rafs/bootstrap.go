@@ -472,6 +472,7 @@ func (b *Bootstrap) Chunk(i uint32) (Chunk, error) {
 		CompressedOffset: le.Uint64(r[40:]),
 		CompressedSize:   le.Uint32(r[48:]),
 		Size:             le.Uint32(r[52:]),
+		Ordinal:          le.Uint32(r[56:]),
 	}
 	copy(c.Digest[:], r[0:32])
 	if c.Flags&^knownChunkFlags != 0 {
@@ -494,7 +495,10 @@ func (b *Bootstrap) Chunk(i uint32) (Chunk, error) {
 	if c.CompressedOffset > blob.CompressedSize || uint64(c.CompressedSize) > blob.CompressedSize-c.CompressedOffset {
 		return Chunk{}, corruptf("chunk %d: [%d,+%d) beyond blob %d of %d bytes", i, c.CompressedOffset, c.CompressedSize, c.Blob, blob.CompressedSize)
 	}
-	if !bytes.Equal(r[56:64], make([]byte, 8)) {
+	if c.Ordinal >= blob.ChunkCount {
+		return Chunk{}, corruptf("chunk %d: ordinal %d in blob %d of %d chunks", i, c.Ordinal, c.Blob, blob.ChunkCount)
+	}
+	if !bytes.Equal(r[60:64], make([]byte, 4)) {
 		return Chunk{}, corruptf("chunk %d: reserved bytes set", i)
 	}
 	return c, nil

@@ -526,12 +526,13 @@ func (b *builder) place(p *piece, bw **blobWriter) (uint32, error) {
 	if p.stored != nil {
 		stored, flags = p.stored, ChunkCompressed
 	}
+	ordinal := (*bw).n
 	off, err := (*bw).append(stored, len(*p.buf))
 	if err != nil {
 		return 0, err
 	}
 	c := Chunk{Index: idx, Digest: p.digest, Blob: (*bw).index, Flags: flags,
-		CompressedOffset: off, CompressedSize: uint32(len(stored)), Size: uint32(len(*p.buf))}
+		CompressedOffset: off, CompressedSize: uint32(len(stored)), Size: uint32(len(*p.buf)), Ordinal: ordinal}
 	b.chunks = append(b.chunks, c)
 	b.chunkIdx[p.digest] = idx
 	b.seen.Store(p.digest, struct{}{})

@@ -155,7 +155,8 @@ func (t *tree) encode(in encodeInput) ([]byte, error) {
 		chunks = le.AppendUint64(chunks, c.CompressedOffset)
 		chunks = le.AppendUint32(chunks, c.CompressedSize)
 		chunks = le.AppendUint32(chunks, c.Size)
-		chunks = le.AppendUint64(chunks, 0)
+		chunks = le.AppendUint32(chunks, c.Ordinal)
+		chunks = le.AppendUint32(chunks, 0)
 	}
 	blobs := make([]byte, 0, len(in.blobs)*blobSize)
 	for _, b := range in.blobs {

@@ -155,6 +155,11 @@ type Chunk struct {
 	CompressedOffset uint64 // offset of the stored bytes in the blob
 	CompressedSize   uint32 // stored length
 	Size             uint32 // uncompressed length
+	// Ordinal is the chunk's position in its blob, counting the blob's
+	// chunks in offset order from 0. Peers and the scheduler name a
+	// blob's chunks by it, so it is the same in every image that
+	// references the blob (a chunk dictionary's records keep theirs).
+	Ordinal uint32
 }
 
 // Compressed reports whether the stored bytes must be decompressed.

@@ -1,5 +1,7 @@
 package rafs
 
+import "sort"
+
 // Validate checks the whole bootstrap: every record decodes, the tree is
 // a tree (each directory reached once, from its recorded parent), every
 // inode is reachable, link counts match, names are sorted and valid, and
@@ -54,9 +56,27 @@ func (b *Bootstrap) Validate() error {
 			}
 		}
 	}
+	// Ordinals count a blob's chunks in offset order: sorted by offset,
+	// one blob's ordinals must strictly increase.
+	type pos struct {
+		off     uint64
+		ordinal uint32
+	}
+	byBlob := map[uint32][]pos{}
 	for i := range b.ChunkCount() {
-		if _, err := b.Chunk(i); err != nil {
+		c, err := b.Chunk(i)
+		if err != nil {
 			return err
+		}
+		byBlob[c.Blob] = append(byBlob[c.Blob], pos{c.CompressedOffset, c.Ordinal})
+	}
+	for blob, ps := range byBlob {
+		sort.Slice(ps, func(i, j int) bool { return ps[i].off < ps[j].off })
+		for i := 1; i < len(ps); i++ {
+			if ps[i].ordinal <= ps[i-1].ordinal {
+				return corruptf("blob %d: chunk at offset %d has ordinal %d, not above %d of the chunk before it",
+					blob, ps[i].off, ps[i].ordinal, ps[i-1].ordinal)
+			}
 		}
 	}
 	if _, err := b.Blobs(); err != nil {
