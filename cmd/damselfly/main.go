@@ -54,8 +54,16 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.AddCommand(newConvert(g), newInspect(g), newCheck(g), newUnpack(g), newMount(g), newUmount(g), newStatus(g), newDemo(g))
+	for _, c := range daemonCommands {
+		root.AddCommand(c(g))
+	}
 	return root
 }
+
+// daemonCommands are the long-running daemons' subcommands (peer,
+// scheduler); each file registers its own from init, so they are added
+// in file order.
+var daemonCommands []func(*globals) *cobra.Command
 
 func (g *globals) logger() (*slog.Logger, error) {
 	var lvl slog.Level

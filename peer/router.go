@@ -1,0 +1,82 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	lpeer "github.com/libp2p/go-libp2p/core/peer"
+
+	"damselfly/rafs"
+)
+
+// Router is how a peer learns where the chunks it misses are and tells
+// what it holds. The scheduler client implements it (scheduler/client); a
+// libp2p DHT router could be another. Chunks are named by their ordinal
+// in the blob (rafs.Chunk.Ordinal); ordinal lists are ascending and
+// without duplicates.
+//
+// Implementations are safe for concurrent use. Announce, Drop, Abandon
+// and Report never block on the network: they queue, and the router
+// delivers in the background (re-announcing everything after it
+// reconnects to a scheduler).
+type Router interface {
+	// Route answers where to get chunks of blob. Every chunk asked for
+	// is in exactly one of the answer's Parents[i].Chunks, Origin or
+	// Wait[i].Chunks. It fails with an error wrapping ErrNoRoute when no
+	// scheduler answers in time; the caller then uses parents it learnt
+	// recently and goes to origin for the rest. It blocks at most until
+	// ctx is done.
+	Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (Route, error)
+	// Announce says this peer now holds chunks of blob: verified and in
+	// the node cache, ready to serve.
+	Announce(blob rafs.Digest, chunks []uint32)
+	// Drop says this peer no longer holds chunks of blob (evicted).
+	Drop(blob rafs.Digest, chunks []uint32)
+	// Abandon gives up this peer's turn to fetch chunks of blob from
+	// origin (the fetch failed), so that another peer gets the turn.
+	Abandon(blob rafs.Digest, chunks []uint32)
+	// Report tells how fetching an assignment from parent went.
+	Report(parent lpeer.ID, o Outcome)
+}
+
+// ErrNoRoute is wrapped by Route's error when no scheduler could answer.
+var ErrNoRoute = errors.New("peer: no scheduler answered")
+
+// Route is a Router's answer.
+type Route struct {
+	// Parents hold the chunks, best first; their chunk sets are disjoint.
+	Parents []Parent
+	// Origin chunks are this peer's turn to fetch from the origin
+	// registry; it then Announces them, or Abandons them on failure.
+	Origin []uint32
+	// Wait chunks are being fetched by other peers: ask again after
+	// RetryAfter.
+	Wait []Wait
+}
+
+// Parent is a peer to fetch chunks from.
+type Parent struct {
+	Info   lpeer.AddrInfo
+	Chunks []uint32
+}
+
+// Wait is a group of chunks to ask about again later.
+type Wait struct {
+	Chunks     []uint32
+	RetryAfter time.Duration
+}
+
+// Outcome is a requester's account of fetching an assignment from a
+// parent.
+type Outcome struct {
+	Blob     rafs.Digest
+	Bytes    int64         // stored bytes received and verified
+	Duration time.Duration // from request to last byte
+	OK       bool          // every assigned chunk arrived and verified
+	// BadBytes: chunk BadChunk (an ordinal) failed verification.
+	BadBytes bool
+	BadChunk uint32
+	// Missing are chunks the parent answered it does not hold.
+	Missing []uint32
+}

@@ -1,0 +1,28 @@
+package proxy
+
+import (
+	"context"
+
+	"damselfly/proxy/upstream"
+	"damselfly/rafs"
+)
+
+// Upstream says where a blob comes from when no peer holds it.
+type Upstream = upstream.Ref
+
+// ChunkSource serves verified chunks of RAFS blobs: the peer's node
+// (peer.Node) implements it, getting each chunk from the node cache, then
+// other peers, then the origin registry.
+type ChunkSource interface {
+	// ReadChunks gets chunks of blob (as the bootstrap describes them,
+	// digests included) and calls deliver for each one, in request order,
+	// with its stored bytes after they have been verified against the
+	// chunk's digest. c.Flags and c.CompressedSize describe stored as
+	// delivered (a peer may hold the other form). stored is valid only
+	// during the call. An error from deliver stops ReadChunks and is
+	// returned. On failure, the error wraps a *ChunkError naming the
+	// first chunk not delivered; chunks before it were delivered.
+	// Safe for concurrent use.
+	ReadChunks(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+		deliver func(i int, c rafs.Chunk, stored []byte) error) error
+}
