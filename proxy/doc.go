@@ -1,4 +1,23 @@
-// Package proxy will hold the HTTP face of the peer: the OCI distribution
-// mirror endpoint and the upstream registry client. It is built by the
-// "peer and proxy" issue.
+// Package proxy is the HTTP face of a damselfly peer: the endpoint that
+// registry clients and mount daemons on the node point at.
+//
+// It serves three things:
+//
+//   - An OCI distribution API mirror (/v2/): containerd (hosts.toml),
+//     skopeo and nydusd-style daemons use it unchanged. Manifests, tags,
+//     referrers and blobs pass through to the origin registry with the
+//     client's credentials (package upstream does the talking); the origin
+//     comes from containerd's ?ns= parameter, the X-Damselfly-Registry (or
+//     X-Dragonfly-Registry) header, or the configured default.
+//   - The batch chunk endpoint (POST /api/v1/chunks): a mount daemon asks
+//     for many chunks of one RAFS blob at once and reads them back as a
+//     stream of frames, each sent as soon as the ChunkSource (the peer's
+//     node: cache, other peers, origin) delivers it. PROTOCOL.md documents
+//     the wire format byte by byte; ChunkClient is its client side and
+//     implements ChunkSource itself, verifying every chunk it receives.
+//   - /healthz and /metrics (Prometheus).
+//
+// Files: config.go (Config), server.go (listeners and lifetime), mirror.go
+// (/v2/), batch.go (the batch handler and its request decoder), frame.go
+// (the response frames), client.go (ChunkClient), metrics.go.
 package proxy

@@ -4,7 +4,7 @@ package upstream
 // registry, the repository, and the client's credentials for it.
 type Ref struct {
 	// Registry is the registry's base URL, "https://host[:port]" or
-	// "http://host[:port]".
+	// "http://host[:port]"; empty means the Client's default registry.
 	Registry string
 	// Repo is the repository, "library/debian".
 	Repo string

@@ -1,0 +1,158 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"damselfly/proxy/upstream"
+	"damselfly/rafs"
+)
+
+// ChunkClient reads chunks through a proxy's batch endpoint. It splits
+// large reads into batches within the endpoint's limits, verifies every
+// chunk it receives and is safe for concurrent use.
+type ChunkClient struct {
+	url string // batch endpoint
+	hc  *http.Client
+}
+
+var _ ChunkSource = (*ChunkClient)(nil)
+
+// NewChunkClient returns a client of the proxy at baseURL
+// ("http://127.0.0.1:7950"). hc nil means a client without an overall
+// timeout: ReadChunks' ctx bounds each call.
+func NewChunkClient(baseURL string, hc *http.Client) *ChunkClient {
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	return &ChunkClient{url: strings.TrimRight(baseURL, "/") + BatchPath, hc: hc}
+}
+
+// ReadChunks implements ChunkSource. Each chunk is decoded and verified
+// with rafs.DecodeChunk before deliver sees it; the c given to deliver
+// carries the flags and stored size the proxy sent. Errors wrap a
+// *ChunkError naming the first chunk not delivered: Transient for network
+// failures, proxy or upstream 5xx/429 and a response cut short; not for
+// upstream 4xx, a chunk that fails verification (the proxy sent bad
+// bytes: try another source) or a malformed response. An error from
+// deliver is returned as it is.
+func (cc *ChunkClient) ReadChunks(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	for i, c := range chunks {
+		if err := checkChunk(c); err != nil {
+			return &ChunkError{Index: i, Err: err}
+		}
+	}
+	var stored, plain []byte
+	for start := 0; start < len(chunks); {
+		end, total := start, uint64(0)
+		for end < len(chunks) && end-start < MaxBatchChunks {
+			n := uint64(max(chunks[end].CompressedSize, chunks[end].Size))
+			if end > start && total+n > MaxBatchBytes {
+				break
+			}
+			total += n
+			end++
+		}
+		var err error
+		if stored, plain, err = cc.batch(ctx, up, blob, chunks, start, end, stored, plain, deliver); err != nil {
+			return err
+		}
+		start = end
+	}
+	return nil
+}
+
+// checkChunk refuses a chunk the endpoint would refuse, so one bad chunk
+// is named by its own index.
+func checkChunk(c rafs.Chunk) error {
+	switch {
+	case c.CompressedSize == 0 || c.CompressedSize > rafs.MaxChunkSize || c.Size == 0 || c.Size > rafs.MaxChunkSize:
+		return fmt.Errorf("chunk %s: sizes stored %d, size %d outside 1..%d", c.Digest, c.CompressedSize, c.Size, rafs.MaxChunkSize)
+	case c.Flags&^knownFlags != 0:
+		return fmt.Errorf("chunk %s: unknown flags %#x", c.Digest, c.Flags)
+	case !c.Compressed() && c.CompressedSize != c.Size:
+		return fmt.Errorf("chunk %s: raw chunk stored in %d bytes, size %d", c.Digest, c.CompressedSize, c.Size)
+	case c.CompressedOffset > maxBlobOffset:
+		return fmt.Errorf("chunk %s: offset %d too large", c.Digest, c.CompressedOffset)
+	}
+	return nil
+}
+
+// batch reads chunks[start:end] in one request. stored and plain are
+// scratch buffers, returned grown.
+func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk, start, end int,
+	stored, plain []byte, deliver func(i int, c rafs.Chunk, stored []byte) error) ([]byte, []byte, error) {
+	req := batchRequest{Repo: up.Repo, Blob: blob.String(), Chunks: make([]batchChunk, 0, end-start)}
+	for _, c := range chunks[start:end] {
+		req.Chunks = append(req.Chunks, batchChunk{
+			Digest: c.Digest.String(), Offset: c.CompressedOffset, Stored: c.CompressedSize,
+			Size: c.Size, Flags: c.Flags, Ordinal: c.Ordinal,
+		})
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return stored, plain, &ChunkError{Index: start, Err: err}
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, cc.url, bytes.NewReader(body))
+	if err != nil {
+		return stored, plain, &ChunkError{Index: start, Err: err}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", ContentTypeChunks)
+	if up.Registry != "" {
+		hreq.Header.Set(HeaderRegistry, up.Registry)
+	}
+	if up.Authorization != "" {
+		hreq.Header.Set("Authorization", up.Authorization)
+	}
+	resp, err := cc.hc.Do(hreq)
+	if err != nil {
+		return stored, plain, &ChunkError{Index: start, Transient: ctx.Err() == nil, Err: fmt.Errorf("batch request: %w", err)}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorMessage))
+		se := &upstream.StatusError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(msg))}
+		return stored, plain, &ChunkError{Index: start, Transient: se.Transient(), Err: fmt.Errorf("proxy: %w", se)}
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != ContentTypeChunks {
+		return stored, plain, &ChunkError{Index: start, Err: fmt.Errorf("%w: content type %q", errProtocol, resp.Header.Get("Content-Type"))}
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for i := start; i < end; i++ {
+		var f frame
+		var p []byte
+		f, p, stored, err = readFrame(br, stored)
+		if err != nil {
+			transient := !errors.Is(err, errProtocol) && ctx.Err() == nil
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // the response ended before this chunk
+			}
+			return stored, plain, &ChunkError{Index: i, Transient: transient, Err: fmt.Errorf("batch response: %w", err)}
+		}
+		if f.failed {
+			return stored, plain, &ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
+		}
+		c := chunks[i]
+		c.Flags, c.CompressedSize = f.flags, f.length
+		if cap(plain) < int(c.Size) {
+			plain = make([]byte, c.Size)
+		}
+		if err := rafs.DecodeChunk(c, p, plain[:c.Size]); err != nil {
+			return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
+		}
+		if err := deliver(i, c, p); err != nil {
+			return stored, plain, err
+		}
+	}
+	return stored, plain, nil
+}

@@ -1,0 +1,127 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultListen            = "127.0.0.1:7950"
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultIdleTimeout       = 90 * time.Second
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultWriteStallTimeout = time.Minute
+)
+
+// Config configures a Server. The zero value of every field means its
+// default. The mapstructure tags are the configuration file's keys.
+type Config struct {
+	// Listen is the TCP address, host:port (port 0 picks a free one).
+	Listen string `mapstructure:"listen"`
+	// AllowRemote permits a Listen address that is not loopback. The
+	// endpoint forwards credentials and serves cached data, so it is
+	// refused by default.
+	AllowRemote bool `mapstructure:"allow_remote"`
+	// UnixSocket, if set, is a unix socket path served as well.
+	UnixSocket string `mapstructure:"unix_socket"`
+	// ReadHeaderTimeout bounds reading a request's headers.
+	ReadHeaderTimeout time.Duration `mapstructure:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request, body included. It does
+	// not bound streaming a response.
+	ReadTimeout time.Duration `mapstructure:"read_timeout"`
+	// IdleTimeout closes keep-alive connections idle this long.
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	// MaxHeaderBytes bounds a request's headers.
+	MaxHeaderBytes int `mapstructure:"max_header_bytes"`
+	// WriteStallTimeout bounds each write of a response body: a client
+	// that stops reading for this long is cut off, so it cannot hold a
+	// fetch open. (A whole-response WriteTimeout would cut long streams.)
+	WriteStallTimeout time.Duration `mapstructure:"write_stall_timeout"`
+	// ShutdownTimeout is how long Serve waits for requests in flight
+	// after its context ends before closing their connections.
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+}
+
+// Default returns the default configuration.
+func Default() Config {
+	return Config{
+		Listen:            DefaultListen,
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ReadTimeout:       DefaultReadTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+		MaxHeaderBytes:    DefaultMaxHeaderBytes,
+		WriteStallTimeout: DefaultWriteStallTimeout,
+		ShutdownTimeout:   DefaultShutdownTimeout,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := Default()
+	if c.Listen == "" {
+		c.Listen = d.Listen
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = d.ReadHeaderTimeout
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = d.ReadTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = d.ShutdownTimeout
+	}
+	if c.WriteStallTimeout == 0 {
+		c.WriteStallTimeout = d.WriteStallTimeout
+	}
+	return c
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Listen != "" {
+		host, _, err := net.SplitHostPort(c.Listen)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("listen: %q: %w", c.Listen, err))
+		case !c.AllowRemote && !loopbackHost(host):
+			errs = append(errs, fmt.Errorf("listen: %q is not a loopback address (set allow_remote to serve the network)", c.Listen))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"read_header_timeout", c.ReadHeaderTimeout}, {"read_timeout", c.ReadTimeout},
+		{"idle_timeout", c.IdleTimeout}, {"shutdown_timeout", c.ShutdownTimeout},
+		{"write_stall_timeout", c.WriteStallTimeout},
+	} {
+		if f.d < 0 {
+			errs = append(errs, fmt.Errorf("%s: %v is negative", f.name, f.d))
+		}
+	}
+	if c.MaxHeaderBytes < 0 || c.MaxHeaderBytes > 16<<20 {
+		errs = append(errs, fmt.Errorf("max_header_bytes: %d is outside 0..16 MiB", c.MaxHeaderBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// loopbackHost reports whether host (no port) is a loopback name or IP.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,130 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"damselfly/rafs"
+)
+
+// The batch response; PROTOCOL.md documents it byte by byte.
+const (
+	// ContentTypeChunks is the media type of a batch response body.
+	ContentTypeChunks = "application/vnd.damselfly.chunks.v1"
+
+	frameOK     = 0 // status: the chunk's stored bytes follow
+	frameFailed = 1 // status: an error message follows; the response ends
+
+	kindTransient = 0 // a failed frame's kind: asking again may succeed
+	kindPermanent = 1 // a failed frame's kind: it will not
+
+	// okHeaderLen is status + flags + length; failedHeaderLen adds kind.
+	okHeaderLen     = 1 + 4 + 4
+	failedHeaderLen = 1 + 1 + 4 + 4
+
+	// MaxErrorMessage bounds a failed frame's message.
+	MaxErrorMessage = 1 << 10
+
+	// knownFlags are the chunk flags a frame may carry.
+	knownFlags = rafs.ChunkCompressed
+)
+
+// errProtocol marks a response that breaks the frame format.
+var errProtocol = errors.New("malformed batch response")
+
+// frame is one decoded frame header.
+type frame struct {
+	failed    bool
+	transient bool   // failed frames
+	flags     uint32 // ok frames
+	length    uint32
+}
+
+// appendOKFrame appends an ok frame's header for stored bytes with flags.
+func appendOKFrame(b []byte, flags uint32, n int) []byte {
+	b = append(b, frameOK)
+	b = binary.BigEndian.AppendUint32(b, flags)
+	return binary.BigEndian.AppendUint32(b, uint32(n))
+}
+
+// appendFailedFrame appends a whole failed frame, its message cut to
+// MaxErrorMessage bytes.
+func appendFailedFrame(b []byte, transient bool, msg string) []byte {
+	if len(msg) > MaxErrorMessage {
+		msg = msg[:MaxErrorMessage]
+	}
+	kind := byte(kindPermanent)
+	if transient {
+		kind = kindTransient
+	}
+	b = append(b, frameFailed, kind)
+	b = binary.BigEndian.AppendUint32(b, 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(msg)))
+	return append(b, msg...)
+}
+
+// readFrame reads one frame from r. The payload is read into buf, grown
+// (up to rafs.MaxChunkSize) if too small; the returned payload aliases
+// it. Every field is checked before the payload is allocated or read. A
+// stream that ends inside a frame gives io.ErrUnexpectedEOF; one that
+// ends before it io.EOF; anything malformed errProtocol.
+func readFrame(r io.Reader, buf []byte) (frame, []byte, []byte, error) {
+	var hdr [failedHeaderLen]byte
+	if _, err := io.ReadFull(r, hdr[:1]); err != nil {
+		return frame{}, nil, buf, err
+	}
+	var f frame
+	switch hdr[0] {
+	case frameOK:
+		if _, err := io.ReadFull(r, hdr[1:okHeaderLen]); err != nil {
+			return frame{}, nil, buf, unexpected(err)
+		}
+		f.flags = binary.BigEndian.Uint32(hdr[1:5])
+		f.length = binary.BigEndian.Uint32(hdr[5:9])
+		if f.flags&^knownFlags != 0 {
+			return frame{}, nil, buf, fmt.Errorf("%w: unknown chunk flags %#x", errProtocol, f.flags)
+		}
+		if f.length == 0 || f.length > rafs.MaxChunkSize {
+			return frame{}, nil, buf, fmt.Errorf("%w: chunk of %d bytes", errProtocol, f.length)
+		}
+	case frameFailed:
+		if _, err := io.ReadFull(r, hdr[1:failedHeaderLen]); err != nil {
+			return frame{}, nil, buf, unexpected(err)
+		}
+		f.failed = true
+		switch hdr[1] {
+		case kindTransient:
+			f.transient = true
+		case kindPermanent:
+		default:
+			return frame{}, nil, buf, fmt.Errorf("%w: unknown failure kind %d", errProtocol, hdr[1])
+		}
+		if flags := binary.BigEndian.Uint32(hdr[2:6]); flags != 0 {
+			return frame{}, nil, buf, fmt.Errorf("%w: flags %#x on a failed frame", errProtocol, flags)
+		}
+		f.length = binary.BigEndian.Uint32(hdr[6:10])
+		if f.length > MaxErrorMessage {
+			return frame{}, nil, buf, fmt.Errorf("%w: error message of %d bytes", errProtocol, f.length)
+		}
+	default:
+		return frame{}, nil, buf, fmt.Errorf("%w: unknown frame status %d", errProtocol, hdr[0])
+	}
+	if cap(buf) < int(f.length) {
+		buf = make([]byte, f.length)
+	}
+	p := buf[:f.length]
+	if _, err := io.ReadFull(r, p); err != nil {
+		return frame{}, nil, buf, unexpected(err)
+	}
+	return f, p, buf, nil
+}
+
+// unexpected turns an EOF inside a frame into io.ErrUnexpectedEOF.
+func unexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"damselfly/proxy/upstream"
+)
+
+// Registry-selection headers: a base URL, "https://host[:port]".
+// Dragonfly's name is accepted too, so its clients work unchanged.
+const (
+	HeaderRegistry          = "X-Damselfly-Registry"
+	HeaderDragonflyRegistry = "X-Dragonfly-Registry"
+)
+
+// registryFor picks the upstream registry of a request: containerd's
+// ?ns=HOST, then the registry headers, then the default.
+func (s *Server) registryFor(r *http.Request) (string, error) {
+	if ns := r.URL.Query().Get("ns"); ns != "" {
+		return s.up.RegistryForHost(ns)
+	}
+	for _, h := range []string{HeaderRegistry, HeaderDragonflyRegistry} {
+		if v := r.Header.Get(h); v != "" {
+			return s.up.CheckRegistry(v)
+		}
+	}
+	return s.up.DefaultRegistry(), nil
+}
+
+// v2Route is a parsed /v2/ path.
+type v2Route struct {
+	name string // repository
+	kind string // "blobs", "manifests", "referrers" or "tags"
+	ref  string // digest or tag; "list" for tags
+}
+
+// parseV2 splits the path after "/v2/". Names may contain "blobs" or
+// "manifests" as components, so the route is read from the end.
+func parseV2(rest string) (v2Route, string, string) {
+	parts := strings.Split(rest, "/")
+	n := len(parts)
+	if n < 3 {
+		return v2Route{}, "NAME_UNKNOWN", "unknown path"
+	}
+	rt := v2Route{name: strings.Join(parts[:n-2], "/"), kind: parts[n-2], ref: parts[n-1]}
+	switch rt.kind {
+	case "tags":
+		if rt.ref != "list" {
+			return v2Route{}, "NAME_UNKNOWN", "unknown path"
+		}
+	case "blobs", "referrers":
+		if !upstream.ValidDigest(rt.ref) {
+			return v2Route{}, "DIGEST_INVALID", "invalid digest " + quote(rt.ref)
+		}
+	case "manifests":
+		if !upstream.ValidTag(rt.ref) && !upstream.ValidDigest(rt.ref) {
+			return v2Route{}, "MANIFEST_INVALID", "invalid tag or digest " + quote(rt.ref)
+		}
+	default:
+		return v2Route{}, "NAME_UNKNOWN", "unknown path"
+	}
+	if !upstream.ValidRepo(rt.name) {
+		return v2Route{}, "NAME_INVALID", "invalid repository name " + quote(rt.name)
+	}
+	return rt, "", ""
+}
+
+// quote bounds and quotes client input echoed in an error.
+func quote(s string) string {
+	if len(s) > 128 {
+		s = s[:128] + "..."
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// forwardedQuery lists the query parameters passed upstream, by route.
+var forwardedQuery = map[string][]string{
+	"tags":      {"n", "last"},
+	"referrers": {"artifactType"},
+}
+
+// serveV2 is the OCI distribution API: /v2/ answers the version check;
+// everything else is validated and passed through to the upstream
+// registry.
+func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		ociError(w, http.StatusMethodNotAllowed, "UNSUPPORTED", "this mirror is read-only")
+		return
+	}
+	rest := strings.TrimPrefix(r.URL.Path, "/v2/")
+	if rest == "" {
+		w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte("{}"))
+		return
+	}
+	rt, code, msg := parseV2(rest)
+	if code != "" {
+		status := http.StatusBadRequest
+		if code == "NAME_UNKNOWN" {
+			status = http.StatusNotFound
+		}
+		ociError(w, status, code, msg)
+		return
+	}
+	reg, err := s.registryFor(r)
+	if err != nil {
+		ociError(w, http.StatusBadRequest, "UNSUPPORTED", err.Error())
+		return
+	}
+	path := "/v2/" + rt.name + "/" + rt.kind + "/" + rt.ref
+	q := url.Values{}
+	for _, k := range forwardedQuery[rt.kind] {
+		if v := r.URL.Query().Get(k); v != "" {
+			q.Set(k, v)
+		}
+	}
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	ref := upstream.Ref{Registry: reg, Repo: rt.name, Authorization: r.Header.Get("Authorization")}
+	n, err := s.up.Forward(r.Context(), w, r, ref, path)
+	s.m.upstreamBytes.Add(float64(n))
+	if err != nil {
+		s.log.Debug("pass-through failed", "registry", reg, "path", path, "err", err)
+	}
+}
+
+// ociError writes an error in the distribution spec's JSON shape.
+func ociError(w http.ResponseWriter, status int, code, msg string) {
+	type item struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	body, _ := json.Marshal(struct {
+		Errors []item `json:"errors"`
+	}{[]item{{code, msg}}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}

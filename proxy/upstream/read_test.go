@@ -1,0 +1,233 @@
+package upstream_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"damselfly/proxy/internal/regtest"
+	"damselfly/proxy/upstream"
+	"damselfly/rafs"
+)
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newClient(t *testing.T, mod func(*upstream.Config)) *upstream.Client {
+	t.Helper()
+	cfg := upstream.Default()
+	cfg.Timeout = 10 * time.Second
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := upstream.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func randBytes(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, seed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func TestReadRange(t *testing.T) {
+	t.Parallel()
+	reg := regtest.New(t, nil)
+	data := randBytes(1, 100<<10)
+	d := reg.PushBlob(t, "lib/app", data)
+	c := newClient(t, nil)
+	ctx := testCtx(t)
+	ref := upstream.Ref{Registry: reg.URL, Repo: "lib/app"}
+	for _, tc := range []struct{ off, n int }{{0, 1}, {0, len(data)}, {12345, 4096}, {len(data) - 10, 10}} {
+		p := make([]byte, tc.n)
+		if err := c.ReadRange(ctx, ref, d, int64(tc.off), p); err != nil {
+			t.Fatalf("ReadRange(%d, %d): %v", tc.off, tc.n, err)
+		}
+		if !bytes.Equal(p, data[tc.off:tc.off+tc.n]) {
+			t.Errorf("ReadRange(%d, %d): bytes differ", tc.off, tc.n)
+		}
+	}
+
+	err := c.ReadRange(ctx, ref, d, int64(len(data)-5), make([]byte, 10))
+	if !errors.Is(err, upstream.ErrRange) || upstream.IsTransient(err) {
+		t.Errorf("range past the end: got %v, want permanent ErrRange", err)
+	}
+
+	var missing rafs.Digest
+	missing[0] = 1
+	err = c.ReadRange(ctx, ref, missing, 0, make([]byte, 10))
+	var se *upstream.StatusError
+	if !errors.As(err, &se) || se.Code != http.StatusNotFound || upstream.IsTransient(err) {
+		t.Errorf("missing blob: got %v, want permanent 404", err)
+	}
+
+	if err := c.ReadRange(ctx, upstream.Ref{Registry: reg.URL, Repo: "Bad/../x"}, d, 0, make([]byte, 1)); err == nil {
+		t.Error("bad repository name: got nil error")
+	}
+	if err := c.ReadRange(ctx, upstream.Ref{Registry: "http://192.0.2.1:5000", Repo: "a"}, d, 0, make([]byte, 1)); err == nil {
+		t.Error("plain http to a remote host: got nil error")
+	}
+}
+
+func TestReadRangeRetriesTransient(t *testing.T) {
+	t.Parallel()
+	reg := regtest.New(t, nil)
+	data := randBytes(2, 10<<10)
+	d := reg.PushBlob(t, "app", data)
+	var fail atomic.Int32
+	reg.SetIntercept(func(w http.ResponseWriter, r *http.Request) bool {
+		if strings.Contains(r.URL.Path, "/blobs/") && fail.Add(-1) >= 0 {
+			w.Header().Set("Retry-After", "0")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	ctx := testCtx(t)
+	ref := upstream.Ref{Registry: reg.URL, Repo: "app"}
+
+	fail.Store(2)
+	c := newClient(t, func(c *upstream.Config) { c.RetryLimit = 3 })
+	p := make([]byte, 100)
+	if err := c.ReadRange(ctx, ref, d, 50, p); err != nil {
+		t.Fatalf("two 503s then success, RetryLimit 3: %v", err)
+	}
+	if !bytes.Equal(p, data[50:150]) {
+		t.Error("bytes differ after retries")
+	}
+
+	fail.Store(5)
+	c = newClient(t, func(c *upstream.Config) { c.RetryLimit = 1 })
+	err := c.ReadRange(ctx, ref, d, 50, p)
+	var se *upstream.StatusError
+	if !errors.As(err, &se) || se.Code != http.StatusServiceUnavailable || !upstream.IsTransient(err) {
+		t.Errorf("503s beyond RetryLimit: got %v, want a transient 503", err)
+	}
+}
+
+func TestReadRangeFollowsRedirect(t *testing.T) {
+	t.Parallel()
+	data := randBytes(3, 20<<10)
+	storage := regtest.New(t, nil) // stands in for blob storage on another host
+	d := storage.PushBlob(t, "store", data)
+	var sawAuth atomic.Value
+	storage.SetIntercept(func(w http.ResponseWriter, r *http.Request) bool {
+		sawAuth.Store(r.Header.Get("Authorization"))
+		return false
+	})
+	reg := regtest.New(t, &regtest.Auth{User: "u", Pass: "p"})
+	reg.SetIntercept(func(w http.ResponseWriter, r *http.Request) bool {
+		if strings.Contains(r.URL.Path, "/blobs/") && r.Header.Get("Authorization") == "Bearer "+regtest.Token {
+			http.Redirect(w, r, storage.URL+"/v2/store/blobs/"+d.String(), http.StatusTemporaryRedirect)
+			return true
+		}
+		return false
+	})
+	c := newClient(t, nil)
+	p := make([]byte, 1000)
+	ref := upstream.Ref{Registry: reg.URL, Repo: "app", Authorization: reg.BasicAuth()}
+	if err := c.ReadRange(testCtx(t), ref, d, 777, p); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p, data[777:1777]) {
+		t.Error("bytes differ through a redirect")
+	}
+	if a, _ := sawAuth.Load().(string); a != "" {
+		t.Errorf("storage saw Authorization %q, want none (other host)", a)
+	}
+}
+
+func TestReadRangeBearerAuth(t *testing.T) {
+	t.Parallel()
+	reg := regtest.New(t, &regtest.Auth{User: "alice", Pass: "s3cret"})
+	data := randBytes(4, 5000)
+	d := reg.PushBlob(t, "team/app", data)
+	ctx := testCtx(t)
+	c := newClient(t, nil)
+	ref := upstream.Ref{Registry: reg.URL, Repo: "team/app", Authorization: reg.BasicAuth()}
+	before := reg.TokenFetches.Load()
+	for i := range 3 {
+		p := make([]byte, 100)
+		if err := c.ReadRange(ctx, ref, d, int64(i*100), p); err != nil {
+			t.Fatalf("read %d with client basic credentials: %v", i, err)
+		}
+		if !bytes.Equal(p, data[i*100:i*100+100]) {
+			t.Fatalf("read %d: bytes differ", i)
+		}
+	}
+	if got := reg.TokenFetches.Load() - before; got != 1 {
+		t.Errorf("token fetches for 3 reads: got %d, want 1 (cached)", got)
+	}
+
+	// A client's bearer token is forwarded as it is.
+	p := make([]byte, 10)
+	if err := c.ReadRange(ctx, upstream.Ref{Registry: reg.URL, Repo: "team/app", Authorization: "Bearer " + regtest.Token}, d, 0, p); err != nil {
+		t.Errorf("client bearer token: %v", err)
+	}
+
+	// Wrong or missing credentials: a permanent 401.
+	for _, authz := range []string{"", "Basic " + "d3Jvbmc6d3Jvbmc=", "Bearer nope"} {
+		err := c.ReadRange(ctx, upstream.Ref{Registry: reg.URL, Repo: "team/app", Authorization: authz}, d, 0, p)
+		var se *upstream.StatusError
+		if !errors.As(err, &se) || se.Code != http.StatusUnauthorized || upstream.IsTransient(err) {
+			t.Errorf("Authorization %q: got %v, want a permanent 401", authz, err)
+		}
+	}
+}
+
+func TestReadRangeAnonymousToken(t *testing.T) {
+	t.Parallel()
+	reg := regtest.New(t, &regtest.Auth{User: "u", Pass: "p", Anonymous: true})
+	data := randBytes(5, 300)
+	d := reg.PushBlob(t, "pub", data)
+	c := newClient(t, nil)
+	p := make([]byte, 300)
+	if err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "pub"}, d, 0, p); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p, data) {
+		t.Error("bytes differ")
+	}
+}
+
+func TestReadRangeNodeCredentials(t *testing.T) {
+	t.Parallel()
+	reg := regtest.New(t, &regtest.Auth{User: "node", Pass: "pw"})
+	data := randBytes(6, 300)
+	d := reg.PushBlob(t, "priv", data)
+	cfgFile := filepath.Join(t.TempDir(), "config.json")
+	auth := strings.TrimPrefix(reg.BasicAuth(), "Basic ")
+	if err := os.WriteFile(cfgFile, []byte(`{"auths":{"http://`+reg.Host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, func(c *upstream.Config) { c.DockerConfigFile = cfgFile })
+	p := make([]byte, 300)
+	if err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "priv"}, d, 0, p); err != nil {
+		t.Fatalf("with node credentials: %v", err)
+	}
+	if !bytes.Equal(p, data) {
+		t.Error("bytes differ")
+	}
+	c = newClient(t, func(c *upstream.Config) { c.DockerConfigFile = filepath.Join(t.TempDir(), "missing.json") })
+	if err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "priv"}, d, 0, p); err == nil {
+		t.Error("without node credentials: got nil error, want 401")
+	}
+}
