@@ -18,7 +18,7 @@ func TestLoadMountSample(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("sample config does not validate: %v", err)
 	}
-	if cfg.Backend.Proxy.URL != "http://127.0.0.1:65001" || cfg.Backend.Deadline != 3*time.Minute || cfg.AmplifyIO != 1<<20 {
+	if cfg.Backend.Proxy.URL != "http://127.0.0.1:7950" || cfg.Backend.Deadline != 3*time.Minute || cfg.AmplifyIO != 1<<20 {
 		t.Errorf("got proxy %q deadline %v amplify %d", cfg.Backend.Proxy.URL, cfg.Backend.Deadline, cfg.AmplifyIO)
 	}
 }

@@ -24,6 +24,25 @@ type Backend interface {
 	ReadBlobFrom(ctx context.Context, blob rafs.Blob, off int64, p []byte) (string, error)
 }
 
+// ChunkBackend is a Backend that also reads runs of chunks by their
+// descriptions, which lets the node's peer verify each chunk before it
+// caches or serves it. The Fetcher uses it, found by type assertion, in
+// place of ReadBlobFrom.
+type ChunkBackend interface {
+	// ReadChunksFrom reads chunks, a contiguous run of blob in offset
+	// order, calling deliver for each chunk in order, one call at a
+	// time: dc is the chunk as delivered (its Flags and
+	// CompressedSize describe stored, possibly the other form than the
+	// bootstrap's); stored is valid only during the call. The bytes may
+	// be unverified: deliver checks them. An error from deliver stops the
+	// read and is returned wrapped. It retries transient failures up to
+	// its deadline, going on with the chunks not yet delivered, and says
+	// which source delivered the last chunk (or, on error, was tried
+	// last). Safe for concurrent use.
+	ReadChunksFrom(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk,
+		deliver func(i int, dc rafs.Chunk, stored []byte) error) (string, error)
+}
+
 // FetcherConfig tunes the read path.
 type FetcherConfig struct {
 	// AmplifyIO is the most bytes one backend request fetches: a miss
@@ -171,50 +190,129 @@ func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) ([]by
 }
 
 // fetch reads c, and the missing chunks that follow it in its blob up to
-// AmplifyIO bytes, in one backend request; verifies each; caches them.
+// AmplifyIO bytes, in one backend request; verifies each; caches them. A
+// backend that reads chunk runs (ChunkBackend) is asked for the chunks;
+// any other for their byte range.
 func (f *Fetcher) fetch(ctx context.Context, c rafs.Chunk, keep bool) ([]byte, string, error) {
 	blob, err := f.b.Blob(c.Blob)
 	if err != nil {
 		return nil, "", err
 	}
+	cb, batch := f.backend.(ChunkBackend)
 	run := f.plan(c)
 	var lastErr error
 	for attempt := 0; attempt < f.cfg.VerifyRetries; attempt++ {
 		if attempt > 0 {
 			run = run[:1] // retry only what the reader needs
 		}
-		first, last := run[0], run[len(run)-1]
-		end := last.CompressedOffset + uint64(last.CompressedSize)
-		stored := make([]byte, end-first.CompressedOffset)
-		f.m.inflight.Inc()
-		src, err := f.backend.ReadBlobFrom(ctx, blob, int64(first.CompressedOffset), stored)
-		f.m.inflight.Dec()
-		if err != nil {
-			return nil, src, fmt.Errorf("fetch chunk %s (blob %s, bytes %d+%d): %w", c.Digest, blob.Digest, first.CompressedOffset, len(stored), err)
-		}
-		f.m.backendBytes.WithLabelValues(src).Add(float64(len(stored)))
-		var want []byte
-		for _, k := range run {
-			s := stored[k.CompressedOffset-first.CompressedOffset:][:k.CompressedSize]
-			dec := make([]byte, k.Size)
-			if err := rafs.DecodeChunk(k, s, dec); err != nil {
-				f.m.verifyFailures.Inc()
-				f.log.Warn("chunk failed verification", "chunk", k.Digest.String(), "blob", blob.Digest.String(), "source", src, "err", err)
-				if k.Index == c.Index {
-					lastErr = err
-				}
-				continue
-			}
-			f.store(k, s, dec, keep)
-			if k.Index == c.Index {
-				want = dec
-			}
+		var (
+			want []byte
+			src  string
+			err  error
+		)
+		if batch {
+			want, src, err = f.fetchChunks(ctx, cb, blob, run, keep, &lastErr)
+		} else {
+			want, src, err = f.fetchRange(ctx, blob, run, keep, &lastErr)
 		}
 		if want != nil {
 			return want, src, nil
 		}
+		if err != nil {
+			return nil, src, err
+		}
 	}
 	return nil, "", fmt.Errorf("chunk %s of blob %s failed verification %d times: %w", c.Digest, blob.Digest, f.cfg.VerifyRetries, lastErr)
+}
+
+// fetchRange reads the byte range of run, whose first chunk the reader
+// wants, then verifies and stores each chunk. It returns the wanted
+// chunk's bytes, nil (with *verifyErr set) if they failed verification.
+func (f *Fetcher) fetchRange(ctx context.Context, blob rafs.Blob, run []rafs.Chunk, keep bool, verifyErr *error) ([]byte, string, error) {
+	first, last := run[0], run[len(run)-1]
+	end := last.CompressedOffset + uint64(last.CompressedSize)
+	stored := make([]byte, end-first.CompressedOffset)
+	f.m.inflight.Inc()
+	src, err := f.backend.ReadBlobFrom(ctx, blob, int64(first.CompressedOffset), stored)
+	f.m.inflight.Dec()
+	if err != nil {
+		return nil, src, fmt.Errorf("fetch chunk %s (blob %s, bytes %d+%d): %w", first.Digest, blob.Digest, first.CompressedOffset, len(stored), err)
+	}
+	f.m.backendBytes.WithLabelValues(src).Add(float64(len(stored)))
+	var want []byte
+	for i, k := range run {
+		s := stored[k.CompressedOffset-first.CompressedOffset:][:k.CompressedSize]
+		if dec := f.accept(blob, k, k, s, src, keep, verifyErr, i == 0); i == 0 {
+			want = dec
+		}
+	}
+	return want, src, nil
+}
+
+// fetchChunks asks cb for run, whose first chunk the reader wants, and
+// verifies and stores each chunk as it is delivered. When the read fails
+// after delivering the wanted chunk, the reader still gets it. It returns
+// the wanted chunk's bytes, nil (with *verifyErr set) if they failed
+// verification.
+func (f *Fetcher) fetchChunks(ctx context.Context, cb ChunkBackend, blob rafs.Blob, run []rafs.Chunk, keep bool, verifyErr *error) ([]byte, string, error) {
+	var (
+		want      []byte
+		delivered int
+		received  int
+	)
+	f.m.inflight.Inc()
+	src, err := cb.ReadChunksFrom(ctx, blob, run, func(i int, dc rafs.Chunk, stored []byte) error {
+		if i < 0 || i >= len(run) {
+			return fmt.Errorf("backend delivered chunk %d of a run of %d", i, len(run))
+		}
+		k := run[i]
+		if dc.Digest != k.Digest || dc.Size != k.Size {
+			return fmt.Errorf("backend delivered chunk %s (%d bytes) for %s (%d bytes)", dc.Digest, dc.Size, k.Digest, k.Size)
+		}
+		// The bootstrap says what the chunk is; the backend only in which
+		// form (compressed or raw) it delivered it.
+		as := k
+		as.Flags = k.Flags&^rafs.ChunkCompressed | dc.Flags&rafs.ChunkCompressed
+		as.CompressedSize = dc.CompressedSize
+		received += len(stored)
+		delivered++
+		if dec := f.accept(blob, k, as, stored, "backend", keep, verifyErr, i == 0); i == 0 {
+			want = dec
+		}
+		return nil
+	})
+	f.m.inflight.Dec()
+	if received > 0 {
+		f.m.backendBytes.WithLabelValues(src).Add(float64(received))
+	}
+	if err != nil && want == nil {
+		first, last := run[0], run[len(run)-1]
+		end := last.CompressedOffset + uint64(last.CompressedSize)
+		return nil, src, fmt.Errorf("fetch chunk %s (blob %s, chunks %d-%d, bytes %d+%d, %d delivered): %w",
+			first.Digest, blob.Digest, first.Index, last.Index, first.CompressedOffset, end-first.CompressedOffset, delivered, err)
+	}
+	if err != nil {
+		f.log.Debug("chunk run ended early; the wanted chunk arrived", "blob", blob.Digest.String(), "delivered", delivered, "of", len(run), "err", err)
+	}
+	return want, src, nil
+}
+
+// accept verifies stored, the bytes of chunk k in the form as describes,
+// and stores the chunk. It returns the decoded bytes, or nil if they
+// failed verification; for the wanted chunk it records the failure in
+// *verifyErr.
+func (f *Fetcher) accept(blob rafs.Blob, k, as rafs.Chunk, stored []byte, src string, keep bool, verifyErr *error, wanted bool) []byte {
+	dec := make([]byte, k.Size)
+	if err := rafs.DecodeChunk(as, stored, dec); err != nil {
+		f.m.verifyFailures.Inc()
+		f.log.Warn("chunk failed verification", "chunk", k.Digest.String(), "blob", blob.Digest.String(), "source", src, "err", err)
+		if wanted {
+			*verifyErr = err
+		}
+		return nil
+	}
+	f.store(as, stored, dec, keep)
+	return dec
 }
 
 // plan returns c and the chunks stored right after it in the same blob

@@ -69,8 +69,11 @@ type Config struct {
 
 // ProxyConfig is the local peer's registry-mirror endpoint.
 type ProxyConfig struct {
-	// URL is the mirror's base URL, e.g. http://127.0.0.1:65001. Blob
-	// requests go to URL + "/v2/<repo>/blobs/<digest>".
+	// URL is the local peer's base URL, e.g. http://127.0.0.1:7950.
+	// Chunk runs go to its batch endpoint, URL + "/api/v1/chunks" (see
+	// proxy/PROTOCOL.md), and byte ranges to its registry mirror, URL +
+	// "/v2/<repo>/blobs/<digest>". A plain registry mirror without the
+	// batch endpoint is read by byte ranges.
 	URL string `mapstructure:"url"`
 	// PingURL is the health endpoint; empty means URL + "/healthz". The
 	// proxy is healthy while it answers 200.

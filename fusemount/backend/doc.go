@@ -21,6 +21,10 @@
 //   - registry.go: the registry's authenticated client (bearer token or
 //     Basic, via go-containerregistry), built lazily and rebuilt on 401.
 //   - proxy.go: the proxy's health state and the goroutine that probes it.
+//   - chunks.go: reading a run of chunks by digest: through the peer's
+//     batch endpoint (so the peer can verify before caching or serving),
+//     or as one byte range from the registry, an OCI layout or a plain
+//     mirror without the endpoint.
 //   - oci.go: the OCI layout reader.
 //   - stats.go and errors.go: counters, sentinel and typed errors.
 package backend

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	peerproxy "damselfly/proxy"
+	"damselfly/proxy/upstream"
 	"damselfly/rafs"
 )
 
@@ -27,6 +30,8 @@ type proxy struct {
 	client  *http.Client
 	log     *slog.Logger
 	healthy atomic.Bool
+	chunks  *peerproxy.ChunkClient // the batch endpoint
+	noBatch atomic.Bool            // the proxy answered the batch endpoint 404, 405 or 501
 }
 
 func newProxy(cfg ProxyConfig, base http.RoundTripper, log *slog.Logger) *proxy {
@@ -36,6 +41,7 @@ func newProxy(cfg ProxyConfig, base http.RoundTripper, log *slog.Logger) *proxy 
 		client:  &http.Client{Transport: base},
 		log:     log,
 	}
+	p.chunks = peerproxy.NewChunkClient(p.url, p.client)
 	// Optimistic until told otherwise: the first read tries the proxy, and
 	// a proxy that is down costs it one refused connection.
 	p.healthy.Store(true)
@@ -64,6 +70,8 @@ func (p *proxy) setHealthy(ok bool, why error) {
 		return
 	}
 	if ok {
+		// It may have restarted as a peer that speaks the batch protocol.
+		p.noBatch.Store(false)
 		p.log.Info("backend proxy healthy: requests go to the proxy", "proxy", p.url)
 	} else {
 		p.log.Warn("backend proxy unhealthy", "proxy", p.url, "err", why)
@@ -110,4 +118,55 @@ func (p *proxy) probe(ctx context.Context) error {
 		return fmt.Errorf("health check %s: %w", p.pingURL, newStatusError(resp))
 	}
 	return nil
+}
+
+// readChunks reads a checked run of blob's chunks through the proxy's
+// batch endpoint, which verifies them, numbering them from base for
+// deliver. A proxy without that endpoint (a plain registry mirror answers
+// 404 or 405) is read by byte ranges instead, until it turns healthy
+// again after a failure. Errors that asking again cannot fix wrap
+// errPermanent.
+func (p *proxy) readChunks(ctx context.Context, reg *registry, blob rafs.Blob, chunks []rafs.Chunk, base int, deliver DeliverFunc) error {
+	if !p.noBatch.Load() {
+		up := peerproxy.Upstream{Registry: reg.origin(), Repo: reg.repo.RepositoryStr(), Authorization: reg.authorization()}
+		var delivered int
+		err := p.chunks.ReadChunks(ctx, up, blob.Digest, chunks, func(i int, c rafs.Chunk, stored []byte) error {
+			delivered = i + 1
+			return deliver(base+i, c, stored)
+		})
+		if delivered > 0 || !noBatchEndpoint(err) {
+			return chunkErr(err)
+		}
+		if p.noBatch.CompareAndSwap(false, true) {
+			p.log.Info("backend proxy has no batch chunk endpoint; reading byte ranges through it", "proxy", p.url, "err", err)
+		}
+	}
+	read := func(ctx context.Context, off int64, buf []byte) error { return p.read(ctx, reg, blob.Digest, off, buf) }
+	return readRun(ctx, chunks, base, read, deliver)
+}
+
+// noBatchEndpoint reports whether err is the proxy answering the batch
+// request itself with 404, 405 or 501: it does not speak the protocol.
+func noBatchEndpoint(err error) bool {
+	var (
+		ce *peerproxy.ChunkError
+		se *upstream.StatusError
+	)
+	if !errors.As(err, &ce) || !errors.As(ce.Err, &se) {
+		return false
+	}
+	return se.Code == http.StatusNotFound || se.Code == http.StatusMethodNotAllowed || se.Code == http.StatusNotImplemented
+}
+
+// chunkErr marks a ChunkError that is not transient as permanent for the
+// read loop. deliver's own errors pass through unchanged.
+func chunkErr(err error) error {
+	var (
+		ce *peerproxy.ChunkError
+		de *deliverError
+	)
+	if err == nil || errors.As(err, &de) || !errors.As(err, &ce) || ce.Transient {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errPermanent, err)
 }

@@ -2,14 +2,28 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"damselfly/rafs"
 )
 
-// readRemote is the retry loop of a registry-type read. Each attempt goes
-// to the source choose picks; after a failure:
+// readRemote is a registry-type read: one range, retried by retry.
+func (b *Backend) readRemote(ctx context.Context, blob rafs.Blob, off int64, p []byte) (Source, error) {
+	return b.retry(ctx,
+		func(src Source, again bool) error { return b.attempt(ctx, src, blob, off, p, again) },
+		func(src Source, attempts int, elapsed time.Duration, err error) error {
+			return b.readError(blob, off, p, src, attempts, elapsed, err)
+		})
+}
+
+// retry is the retry loop of registry-type reads. try makes one attempt
+// on src (again: it follows another attempt of the same read); a read
+// that can make progress (a run of chunks) keeps it between attempts.
+// fail describes the read's failure. Each attempt goes to the source
+// choose picks; after a failure:
 //
 //   - permanent (404, 416, 400, another unexpected status): the read
 //     fails, unless it came from the proxy and Fallback is on, in which
@@ -25,8 +39,10 @@ import (
 //     fallback from the proxy to the registry, which is immediate.
 //
 // Once Config.Deadline has passed since the read began, the next
-// transient failure ends it with ErrDeadline.
-func (b *Backend) readRemote(ctx context.Context, blob rafs.Blob, off int64, p []byte) (Source, error) {
+// transient failure ends it with ErrDeadline. A *deliverError from try
+// ends the read at once and is returned as it is.
+func (b *Backend) retry(ctx context.Context, try func(src Source, again bool) error,
+	fail func(src Source, attempts int, elapsed time.Duration, err error) error) (Source, error) {
 	start := b.clock.Now()
 	deadline := start.Add(b.cfg.Deadline)
 	var (
@@ -40,7 +56,7 @@ func (b *Backend) readRemote(ctx context.Context, blob rafs.Blob, off int64, p [
 		lastErr     error
 	)
 	giveUp := func(err error) (Source, error) {
-		return src, b.readError(blob, off, p, src, attempts, b.clock.Now().Sub(start), err)
+		return src, fail(src, attempts, b.clock.Now().Sub(start), err)
 	}
 	for {
 		src = b.choose(bypassProxy, tryProxy)
@@ -51,10 +67,14 @@ func (b *Backend) readRemote(ctx context.Context, blob rafs.Blob, off int64, p [
 			streak = 1
 		}
 		prev = src
-		err := b.attempt(ctx, src, blob, off, p, attempts > 0)
+		err := try(src, attempts > 0)
 		attempts++
 		if err == nil {
 			return src, nil
+		}
+		var de *deliverError
+		if errors.As(err, &de) {
+			return src, de
 		}
 		lastErr = err
 		if ctx.Err() != nil {

@@ -1,0 +1,228 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"damselfly/rafs"
+)
+
+// DeliverFunc receives the i-th chunk of a run with its stored bytes. c
+// describes stored as delivered: its Flags and CompressedSize may differ
+// from the chunk asked for when the local peer holds the other form
+// (compressed or raw) of the same content. stored is valid only during the
+// call. A non-nil error stops the read, which returns it wrapped.
+type DeliverFunc func(i int, c rafs.Chunk, stored []byte) error
+
+// ReadChunksFrom reads chunks, a contiguous run of blob in offset order
+// (each chunk's stored bytes start where the previous one's end), and
+// calls deliver once for each chunk, in order, one call at a time.
+//
+// Through the local peer the chunks come from its batch endpoint, which
+// verifies every chunk against its digest before delivering it. From the
+// registry or an OCI layout the run's byte range is read and each chunk's
+// slice delivered unverified: deliver must verify (rafs.DecodeChunk).
+//
+// The choice of source, the proxy's health, the fallback to the registry,
+// the backoff and Config.Deadline follow ReadBlobFrom. A read that fails
+// part-way goes on with the chunks not yet delivered: after a transient
+// failure of the proxy, from the registry when Fallback is on (the proxy
+// is marked unhealthy) or from the proxy again after a backoff; after a
+// permanent one, from the registry when Fallback is on, else it fails.
+//
+// It returns the source that delivered the last chunk, or, on error, the
+// source of the last attempt. Errors are a *ReadError (as ReadBlobFrom's)
+// describing the undelivered rest of the run, or deliver's error wrapped;
+// chunks before the failure were delivered. The run is checked first: a
+// chunk of another blob, a gap or an overlap, or a run past the end of the
+// blob fails with ErrRange before anything is sent. Safe for concurrent
+// use.
+func (b *Backend) ReadChunksFrom(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, deliver DeliverFunc) (Source, error) {
+	if b.closed.Load() {
+		return "", b.runError(blob, chunks, "", 0, 0, ErrClosed)
+	}
+	if err := checkRun(blob, chunks); err != nil {
+		return "", b.runError(blob, chunks, "", 0, 0, err)
+	}
+	if b.oci != nil {
+		return SourceOCI, b.readChunksOCI(ctx, blob, chunks, deliver)
+	}
+	if len(chunks) == 0 {
+		return b.choose(false, false), nil
+	}
+	return b.readChunksRemote(ctx, blob, chunks, deliver)
+}
+
+// checkRun checks that chunks are a gap-free run of blob within its size.
+func checkRun(blob rafs.Blob, chunks []rafs.Chunk) error {
+	for i, c := range chunks {
+		if c.Blob != blob.Index {
+			return fmt.Errorf("%w: chunk %d (%s) is in blob %d, not %d", ErrRange, i, c.Digest, c.Blob, blob.Index)
+		}
+		if i > 0 {
+			p := chunks[i-1]
+			end := p.CompressedOffset + uint64(p.CompressedSize)
+			if end < p.CompressedOffset {
+				return fmt.Errorf("%w: chunk %d ends past 2^64", ErrRange, i-1)
+			}
+			if c.CompressedOffset != end {
+				return fmt.Errorf("%w: chunk %d starts at byte %d, chunk %d ends at %d: not a contiguous run", ErrRange, i, c.CompressedOffset, i-1, end)
+			}
+		}
+	}
+	if len(chunks) == 0 {
+		return nil
+	}
+	off, n := runRange(chunks)
+	if end := off + n; end < off || (blob.CompressedSize > 0 && end > blob.CompressedSize) {
+		return fmt.Errorf("%w: bytes %d+%d of a %d-byte blob", ErrRange, off, n, blob.CompressedSize)
+	}
+	if n > maxRunBytes {
+		return fmt.Errorf("%w: a run of %d bytes, the most is %d", ErrRange, n, uint64(maxRunBytes))
+	}
+	return nil
+}
+
+// maxRunBytes bounds the bytes of one run, checked before allocating a
+// buffer for it (the mount's largest amplify_io).
+const maxRunBytes = 64 << 20
+
+// runRange is the byte range [off, off+n) of a non-empty checked run.
+func runRange(chunks []rafs.Chunk) (off, n uint64) {
+	first, last := chunks[0], chunks[len(chunks)-1]
+	return first.CompressedOffset, last.CompressedOffset + uint64(last.CompressedSize) - first.CompressedOffset
+}
+
+// runError describes a failed run read by the byte range of chunks.
+func (b *Backend) runError(blob rafs.Blob, chunks []rafs.Chunk, src Source, attempts int, elapsed time.Duration, err error) *ReadError {
+	var off, n uint64
+	if len(chunks) > 0 {
+		off, n = runRange(chunks)
+	}
+	e := b.readError(blob, int64(off), nil, src, attempts, elapsed, err)
+	e.Len = int64(n)
+	return e
+}
+
+// deliverError carries deliver's error through a source's read, so the
+// read stops instead of treating it as the source's failure.
+type deliverError struct {
+	i   int
+	c   rafs.Chunk
+	err error
+}
+
+func (e *deliverError) Error() string {
+	return fmt.Sprintf("deliver chunk %d (%s): %v", e.i, e.c.Digest, e.err)
+}
+
+func (e *deliverError) Unwrap() error { return e.err }
+
+// readRun reads the byte range of chunks with read and delivers each
+// chunk's slice, numbering them from base.
+func readRun(ctx context.Context, chunks []rafs.Chunk, base int, read func(ctx context.Context, off int64, p []byte) error, deliver DeliverFunc) error {
+	off, n := runRange(chunks)
+	stored := make([]byte, n)
+	if err := read(ctx, int64(off), stored); err != nil {
+		return err
+	}
+	for i, c := range chunks {
+		if err := deliver(base+i, c, stored[c.CompressedOffset-off:][:c.CompressedSize]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// counter wraps a DeliverFunc: it counts the chunks and stored bytes
+// delivered and marks deliver's errors as a deliverError.
+type counter struct {
+	deliver DeliverFunc
+	n       int
+	bytes   uint64
+}
+
+func (c *counter) call(i int, k rafs.Chunk, stored []byte) error {
+	if err := c.deliver(i, k, stored); err != nil {
+		return &deliverError{i: i, c: k, err: err}
+	}
+	c.n++
+	c.bytes += uint64(len(stored))
+	return nil
+}
+
+func (b *Backend) readChunksOCI(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, deliver DeliverFunc) error {
+	if len(chunks) == 0 {
+		return nil
+	}
+	st := &b.stats.oci
+	st.requests.Add(1)
+	read := func(ctx context.Context, off int64, p []byte) error { return b.oci.read(ctx, blob.Digest, off, p) }
+	cnt := &counter{deliver: deliver}
+	err := readRun(ctx, chunks, 0, read, cnt.call)
+	st.bytes.Add(cnt.bytes)
+	var de *deliverError
+	switch {
+	case errors.As(err, &de):
+		return fmt.Errorf("read chunks of blob %s from %s: %w", blob.Digest, SourceOCI, de)
+	case err != nil:
+		st.errors.Add(1)
+		return b.runError(blob, chunks[cnt.n:], SourceOCI, 1, 0, err)
+	}
+	return nil
+}
+
+// readChunksRemote is a registry-type read of a run: each attempt asks
+// for the chunks not yet delivered.
+func (b *Backend) readChunksRemote(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, deliver DeliverFunc) (Source, error) {
+	next := 0 // chunks delivered
+	src, err := b.retry(ctx,
+		func(src Source, again bool) error {
+			n, err := b.attemptChunks(ctx, src, blob, chunks[next:], next, deliver, again)
+			next += n
+			return err
+		},
+		func(src Source, attempts int, elapsed time.Duration, err error) error {
+			return b.runError(blob, chunks[next:], src, attempts, elapsed, err)
+		})
+	var de *deliverError
+	if errors.As(err, &de) {
+		return src, fmt.Errorf("read chunks of blob %s from %s: %w", blob.Digest, src, de)
+	}
+	return src, err
+}
+
+// attemptChunks sends one request for chunks (numbered from base) to src,
+// bounded by Config.Timeout, and counts it. It returns how many chunks
+// were delivered; an error from deliver comes back as a *deliverError.
+func (b *Backend) attemptChunks(ctx context.Context, src Source, blob rafs.Blob, chunks []rafs.Chunk, base int, deliver DeliverFunc, retry bool) (int, error) {
+	st := b.stats.of(src)
+	st.requests.Add(1)
+	if retry {
+		st.retries.Add(1)
+	}
+	if src == SourceRegistry && b.proxy != nil {
+		b.stats.fallbacks.Add(1)
+	}
+	actx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	defer cancel()
+	cnt := &counter{deliver: deliver}
+	var err error
+	if src == SourceProxy {
+		err = b.proxy.readChunks(actx, b.reg, blob, chunks, base, cnt.call)
+	} else {
+		read := func(ctx context.Context, off int64, p []byte) error { return b.reg.read(ctx, blob.Digest, off, p) }
+		err = readRun(actx, chunks, base, read, cnt.call)
+	}
+	st.bytes.Add(cnt.bytes)
+	var de *deliverError
+	if err != nil && !errors.As(err, &de) {
+		st.errors.Add(1)
+		if ctx.Err() == nil && actx.Err() != nil {
+			err = fmt.Errorf("%w after %s: %v", errTimeout, b.cfg.Timeout, err)
+		}
+	}
+	return cnt.n, err
+}
