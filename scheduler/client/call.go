@@ -1,0 +1,78 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+
+	"damselfly/scheduler/wire"
+)
+
+// call sends req to r on a new stream and returns the response. An error
+// response is returned as a *wire.Error. The stream never outlives ctx.
+func (c *Client) call(ctx context.Context, r *remote, req wire.Message) (wire.Message, error) {
+	// Force a dial past libp2p's dial backoff: a scheduler that was down
+	// is retried at the heartbeat rate, not the backoff's minutes.
+	ctx = network.WithForceDirectDial(ctx, "scheduler")
+	st, err := c.h.NewStream(ctx, r.info.ID, wire.ProtocolID)
+	if err != nil {
+		return nil, fmt.Errorf("%s to scheduler %s: open stream: %w", req.Type(), r.name, err)
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(c.cfg.RequestTimeout)
+	}
+	_ = st.SetDeadline(deadline)
+	// Reset the stream when ctx ends first, so a silent scheduler cannot
+	// hold the caller past its context.
+	stop := context.AfterFunc(ctx, func() { _ = st.Reset() })
+	defer stop()
+
+	if err := wire.WriteFrame(st, req); err != nil {
+		_ = st.Reset()
+		return nil, fmt.Errorf("%s to scheduler %s: %w", req.Type(), r.name, err)
+	}
+	_ = st.CloseWrite()
+	resp, err := wire.ReadFrame(st)
+	if err != nil {
+		_ = st.Reset()
+		return nil, fmt.Errorf("%s to scheduler %s: read response: %w", req.Type(), r.name, err)
+	}
+	_ = st.Close()
+	if e, ok := resp.(*wire.Error); ok {
+		return nil, fmt.Errorf("%s to scheduler %s: %w", req.Type(), r.name, e)
+	}
+	return resp, nil
+}
+
+// codeOf returns the code of a scheduler's error response in err, or 0.
+func codeOf(err error) wire.Code {
+	var e *wire.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
+}
+
+// callOK is call for requests answered by OK.
+func (c *Client) callOK(ctx context.Context, r *remote, req wire.Message) (*wire.OK, error) {
+	resp, err := c.call(ctx, r, req)
+	if err != nil {
+		return nil, err
+	}
+	ok, isOK := resp.(*wire.OK)
+	if !isOK {
+		return nil, fmt.Errorf("%s to scheduler %s: got a %s response, want ok", req.Type(), r.name, resp.Type())
+	}
+	return ok, nil
+}
+
+// callTimeout is callOK bounded by RequestTimeout.
+func (c *Client) callTimeout(ctx context.Context, r *remote, req wire.Message) (*wire.OK, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	return c.callOK(ctx, r, req)
+}

@@ -1,0 +1,251 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	dpeer "damselfly/peer"
+	"damselfly/rafs"
+	"damselfly/scheduler"
+	"damselfly/scheduler/wire"
+)
+
+var blob1 = rafs.Digest{0xb1}
+
+// route asks until the answer names a parent (announcements are
+// delivered in the background).
+func routeToParent(t *testing.T, c *Client, blob rafs.Digest, chunks []uint32) dpeer.Route {
+	t.Helper()
+	var rt dpeer.Route
+	eventually(t, "a route naming a parent", func() bool {
+		var err error
+		rt, err = c.Route(t.Context(), blob, chunks)
+		if err != nil {
+			t.Logf("route: %v", err)
+			return false
+		}
+		return len(rt.Parents) > 0
+	})
+	return rt
+}
+
+// TestAnnounceRoute: a announces through its client, b's client routes
+// to a, with a's addresses; b reports on a and a drops a chunk.
+func TestAnnounceRoute(t *testing.T) {
+	t.Parallel()
+	s := startScheduler(t)
+	ha, hb := newPeer(t), newPeer(t)
+	cfgA := testClientConfig(s)
+	cfgA.Labels = map[string]string{scheduler.LabelZone: "z1"}
+	a := startClient(t, ha, cfgA)
+	b := startClient(t, hb, testClientConfig(s))
+	a.SetLoad(func() scheduler.Load { return scheduler.Load{ActiveUploads: 1} })
+
+	a.Announce(blob1, []uint32{2, 0, 1})
+	rt := routeToParent(t, b, blob1, []uint32{1, 0, 3, 3})
+	if len(rt.Parents) != 1 || rt.Parents[0].Info.ID != ha.ID() || !slices.Equal(rt.Parents[0].Chunks, []uint32{0, 1}) {
+		t.Fatalf("got parents %+v, want %s with [0 1]", rt.Parents, ha.ID())
+	}
+	if len(rt.Parents[0].Info.Addrs) == 0 || !rt.Parents[0].Info.Addrs[0].Equal(ha.Addrs()[0]) {
+		t.Errorf("parent addrs: got %v, want %v", rt.Parents[0].Info.Addrs, ha.Addrs())
+	}
+	if !slices.Equal(rt.Origin, []uint32{3}) {
+		t.Errorf("origin: got %v, want [3]", rt.Origin)
+	}
+	b.Abandon(blob1, []uint32{3})
+	b.Report(ha.ID(), dpeer.Outcome{Blob: blob1, Bytes: 10, Duration: time.Millisecond, OK: true})
+	eventually(t, "the report to count", func() bool {
+		for _, v := range s.srv.State().Peers(time.Now()) {
+			if v.ID == ha.ID().String() && v.Reports == 1 {
+				return true
+			}
+		}
+		return false
+	})
+
+	a.Drop(blob1, []uint32{0})
+	eventually(t, "the drop to arrive", func() bool {
+		_, n := s.held(ha.ID().String())
+		return n == 2
+	})
+	a.Drop(blob1, []uint32{1, 2})
+	eventually(t, "the last drop to arrive", func() bool {
+		blobs, _ := s.held(ha.ID().String())
+		return blobs == 0
+	})
+}
+
+// TestRestartedScheduler: a scheduler that restarts with empty state gets
+// the client's registration and full holdings again.
+func TestRestartedScheduler(t *testing.T) {
+	t.Parallel()
+	s := startScheduler(t)
+	ha := newPeer(t)
+	a := startClient(t, ha, testClientConfig(s))
+	a.Announce(blob1, []uint32{0, 1, 2})
+	eventually(t, "the announcement", func() bool { _, n := s.held(ha.ID().String()); return n == 3 })
+
+	s.stop()
+	s.start()
+	eventually(t, "re-registration and a full re-announcement", func() bool {
+		_, n := s.held(ha.ID().String())
+		return n == 3
+	})
+}
+
+// TestTwoSchedulers: blobs live on the scheduler Pick gives them to;
+// when one dies its blobs move to the other, and when it comes back
+// (empty) it gets its blobs again.
+func TestTwoSchedulers(t *testing.T) {
+	t.Parallel()
+	s1, s2 := startScheduler(t), startScheduler(t)
+	names := []string{s1.name(), s2.name()}
+	on1, on2 := blobOwnedBy(t, s1.name(), names), blobOwnedBy(t, s2.name(), names)
+	ha, hb := newPeer(t), newPeer(t)
+	a := startClient(t, ha, testClientConfig(s1, s2))
+	b := startClient(t, hb, testClientConfig(s1, s2))
+	id := ha.ID().String()
+
+	a.Announce(on1, []uint32{0, 1, 2})
+	a.Announce(on2, []uint32{5, 6})
+	eventually(t, "each blob on its owner", func() bool {
+		b1, n1 := s1.held(id)
+		b2, n2 := s2.held(id)
+		return b1 == 1 && n1 == 3 && b2 == 1 && n2 == 2
+	})
+	// Membership goes to both.
+	eventually(t, "b registered with both", func() bool {
+		b1, _ := s1.held(hb.ID().String())
+		b2, _ := s2.held(hb.ID().String())
+		return b1 == 0 && b2 == 0
+	})
+	routeToParent(t, b, on1, []uint32{0})
+
+	s1.stop()
+	eventually(t, "s1's blob to move to s2", func() bool {
+		blobs, n := s2.held(id)
+		return blobs == 2 && n == 5
+	})
+	rt := routeToParent(t, b, on1, []uint32{0, 1})
+	if rt.Parents[0].Info.ID != ha.ID() {
+		t.Errorf("route via s2: got parent %s, want %s", rt.Parents[0].Info.ID, ha.ID())
+	}
+
+	s1.start()
+	eventually(t, "s1 back with its blob, and s2 rid of it", func() bool {
+		b1, n1 := s1.held(id)
+		b2, n2 := s2.held(id)
+		return b1 == 1 && n1 == 3 && b2 == 1 && n2 == 2
+	})
+	routeToParent(t, b, on1, []uint32{2})
+}
+
+// TestNoScheduler: with every scheduler down, Route fails with
+// ErrNoRoute within RouteTimeout, and queued calls do not block.
+func TestNoScheduler(t *testing.T) {
+	t.Parallel()
+	s := startScheduler(t)
+	addr := s.addr()
+	s.stop()
+	ha := newPeer(t)
+	cfg := testClientConfig()
+	cfg.Schedulers = []string{addr}
+	cfg.RouteTimeout = 300 * time.Millisecond
+	a := startClient(t, ha, cfg)
+	for i := range 2 * cfg.QueueSize {
+		a.Announce(blob1, []uint32{uint32(i)})
+		a.Report(ha.ID(), dpeer.Outcome{Blob: blob1})
+		a.Abandon(blob1, []uint32{1})
+	}
+	_, err := a.Route(t.Context(), blob1, []uint32{0})
+	if !errors.Is(err, dpeer.ErrNoRoute) {
+		t.Fatalf("got %v, want ErrNoRoute", err)
+	}
+	// Once the scheduler is taken as dead, Route fails at once.
+	eventually(t, "the scheduler to be taken as dead", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.liveLocked()) == 0
+	})
+	_, err = a.Route(t.Context(), blob1, []uint32{0})
+	if !errors.Is(err, dpeer.ErrNoRoute) || !strings.Contains(err.Error(), "no live scheduler") {
+		t.Fatalf("got %v, want ErrNoRoute: no live scheduler", err)
+	}
+	// A cancelled context ends Route at once too.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := a.Route(ctx, blob1, []uint32{0}); !errors.Is(err, dpeer.ErrNoRoute) {
+		t.Fatalf("cancelled: got %v, want ErrNoRoute", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	good := Default()
+	good.Schedulers = []string{"/ip4/127.0.0.1/tcp/7946/p2p/12D3KooWGzxzKZYveHXtpG6AsrUJBcWxHBFS2HsEoGTxrMLvKXtf"}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("good config: %v", err)
+	}
+	bad := Default()
+	bad.Schedulers = []string{"/ip4/127.0.0.1/tcp/7946", "nonsense"}
+	bad.HeartbeatInterval = 0
+	bad.DeadAfter = 0
+	bad.UploadCapacity = -1
+	err := bad.Validate()
+	if err == nil {
+		t.Fatal("got nil for a bad config")
+	}
+	for _, want := range []string{"schedulers[0]", "schedulers[1]", "heartbeat_interval", "dead_after", "upload_capacity"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if err := (Config{}).Validate(); err == nil || !strings.Contains(err.Error(), "schedulers: none") {
+		t.Errorf("empty config: got %v, want it to name schedulers", err)
+	}
+}
+
+func TestPickOrder(t *testing.T) {
+	t.Parallel()
+	names := []string{"a", "b", "c", "d"}
+	for i := range 20 {
+		blob := rafs.Digest{byte(i)}
+		order := pickOrder(blob, names)
+		if len(order) != 4 || order[0] != scheduler.Pick(blob, names) {
+			t.Fatalf("blob %d: got order %v, want the owner %s first", i, order, scheduler.Pick(blob, names))
+		}
+		// Without the owner, the runner-up owns it.
+		if got := scheduler.Pick(blob, slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == order[0] })); got != order[1] {
+			t.Fatalf("blob %d: runner-up %s, Pick without the owner gives %s", i, order[1], got)
+		}
+	}
+}
+
+// TestCoalesce: many small announcements and drops reach the scheduler as
+// their net effect, and a change too large for one Announce goes as an
+// AnnounceFull.
+func TestCoalesce(t *testing.T) {
+	t.Parallel()
+	s := startScheduler(t)
+	ha := newPeer(t)
+	a := startClient(t, ha, testClientConfig(s))
+	id := ha.ID().String()
+	for i := range uint32(1000) {
+		a.Announce(blob1, []uint32{i})
+	}
+	for i := uint32(500); i < 1000; i++ {
+		a.Drop(blob1, []uint32{i})
+	}
+	eventually(t, "the net effect: 500 chunks", func() bool { _, n := s.held(id); return n == 500 })
+
+	big := make([]uint32, wire.MaxOrdinals+10)
+	for i := range big {
+		big[i] = uint32(i)
+	}
+	a.Announce(blob1, big)
+	eventually(t, "a change larger than one Announce", func() bool { _, n := s.held(id); return n == int64(len(big)) })
+}

@@ -1,0 +1,20 @@
+// Package server is the scheduler daemon: it serves the scheduler
+// protocol (scheduler/wire, documented in scheduler/PROTOCOL.md) over a
+// libp2p host and drives the deterministic core (package scheduler) with
+// each stream's authenticated peer ID and the current time.
+//
+// The parts:
+//
+//   - config.go: Config, Default and Validate.
+//   - server.go: New and Run, which own the host, the admin listener and
+//     the expiry loop, and close them all when Run returns.
+//   - handler.go: the stream handler, with per-stream deadlines and
+//     bounded concurrent streams per peer, and the mapping of requests to
+//     State calls and of core errors to error codes.
+//   - admin.go: the loopback admin HTTP API (peers, blobs, origin fetches,
+//     bans, health); admin_json.go: its JSON documents.
+//   - metrics.go: Prometheus metrics on the server's own registry.
+//
+// Every request acts for the peer that opened the stream, as libp2p
+// authenticated it, never for an ID named in the request.
+package server

@@ -1,0 +1,170 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"damselfly/scheduler"
+	"damselfly/scheduler/wire"
+)
+
+// handle serves one stream: one request frame in, one response frame out.
+func (s *Server) handle(st network.Stream) {
+	from := st.Conn().RemotePeer()
+	_ = st.SetDeadline(time.Now().Add(s.cfg.StreamTimeout))
+	admitted, closed := s.acquire(from)
+	if closed {
+		_ = st.Reset()
+		return
+	}
+	defer s.streams.Done()
+	if !admitted {
+		s.metrics.requests.WithLabelValues("any", wire.CodeRateLimited.String()).Inc()
+		s.reply(st, &wire.Error{Code: wire.CodeRateLimited, Message: "too many streams"})
+		return
+	}
+	defer s.release(from)
+
+	req, err := wire.ReadFrame(st)
+	if err != nil {
+		if errors.Is(err, wire.ErrMalformed) {
+			s.metrics.requests.WithLabelValues("malformed", wire.CodeBadRequest.String()).Inc()
+			s.log.Debug("malformed request", "peer", from, "err", err)
+			s.reply(st, &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()})
+			return
+		}
+		_ = st.Reset()
+		return
+	}
+	resp := s.serve(from.String(), req, time.Now())
+	result := "ok"
+	if e, ok := resp.(*wire.Error); ok {
+		result = e.Code.String()
+		s.log.Debug("request refused", "peer", from, "type", req.Type(), "err", e)
+	}
+	s.metrics.requests.WithLabelValues(req.Type().String(), result).Inc()
+	s.reply(st, resp)
+}
+
+func (s *Server) reply(st network.Stream, m wire.Message) {
+	if err := wire.WriteFrame(st, m); err != nil {
+		_ = st.Reset()
+		return
+	}
+	_ = st.Close()
+}
+
+// acquire admits a stream from p unless p has MaxStreamsPerPeer open or
+// the server has MaxStreams. A stream that gets past the closed check is
+// counted in s.streams, which the caller releases with Done.
+func (s *Server) acquire(p peer.ID) (admitted, closed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false, true
+	}
+	s.streams.Add(1)
+	if s.perPeer[p] >= s.cfg.MaxStreamsPerPeer || s.active >= s.cfg.MaxStreams {
+		return false, false
+	}
+	s.perPeer[p]++
+	s.active++
+	return true, false
+}
+
+func (s *Server) release(p peer.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.active--
+	if s.perPeer[p] <= 1 {
+		delete(s.perPeer, p)
+	} else {
+		s.perPeer[p]--
+	}
+}
+
+// serve applies req for the peer from and returns the response.
+func (s *Server) serve(from string, req wire.Message, now time.Time) wire.Message {
+	var err error
+	switch m := req.(type) {
+	case *wire.Register:
+		for _, a := range m.Addrs {
+			if _, perr := ma.NewMultiaddr(a); perr != nil {
+				return &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("address %q: %v", a, perr)}
+			}
+		}
+		err = s.state.Register(from, scheduler.PeerInfo{Addrs: m.Addrs, Labels: m.Labels, UploadCapacity: m.UploadCapacity}, now)
+	case *wire.Heartbeat:
+		err = s.state.Heartbeat(from, m.Load, now)
+	case *wire.Announce:
+		_, err = s.state.Announce(from, m.Blob, m.Chunks, now)
+	case *wire.AnnounceFull:
+		_, err = s.state.AnnounceFull(from, m.Blob, m.Held, now)
+	case *wire.Drop:
+		err = s.state.Drop(from, m.Blob, m.Chunks, now)
+	case *wire.Abandon:
+		_, err = s.state.AbandonOrigin(from, m.Blob, m.Chunks, now)
+	case *wire.Route:
+		return s.route(from, m, now)
+	case *wire.Report:
+		var banned bool
+		banned, err = s.state.Report(from, m.About, m.Outcome, now)
+		if err == nil {
+			if banned {
+				s.log.Warn("peer banned by quorum", "peer", m.About, "last_accuser", from)
+			}
+			return &wire.OK{Banned: banned}
+		}
+	case *wire.Unregister:
+		s.state.Unregister(from)
+	default:
+		return &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("%s is not a request", req.Type())}
+	}
+	if err != nil {
+		return errorResponse(err)
+	}
+	return &wire.OK{}
+}
+
+func (s *Server) route(from string, m *wire.Route, now time.Time) wire.Message {
+	start := time.Now()
+	a, err := s.state.Parents(from, m.Blob, m.Chunks, now)
+	s.metrics.routeSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return errorResponse(err)
+	}
+	var parents, waits int
+	for _, p := range a.Parents {
+		parents += len(p.Chunks)
+	}
+	for _, w := range a.Wait {
+		waits += len(w.Chunks)
+	}
+	s.metrics.routeChunks.WithLabelValues("parent").Add(float64(parents))
+	s.metrics.routeChunks.WithLabelValues("origin").Add(float64(len(a.Origin)))
+	s.metrics.routeChunks.WithLabelValues("wait").Add(float64(waits))
+	return &wire.Answer{Answer: a}
+}
+
+// errorResponse maps a core error to the protocol's codes.
+func errorResponse(err error) *wire.Error {
+	code := wire.CodeInternal
+	switch {
+	case errors.Is(err, scheduler.ErrUnknownPeer):
+		code = wire.CodeUnknownPeer
+	case errors.Is(err, scheduler.ErrRateLimited):
+		code = wire.CodeRateLimited
+	case errors.Is(err, scheduler.ErrBanned):
+		code = wire.CodeBanned
+	case errors.Is(err, scheduler.ErrLimit):
+		code = wire.CodeLimit
+	case errors.Is(err, scheduler.ErrInvalid), errors.Is(err, scheduler.ErrNoAssignment):
+		code = wire.CodeBadRequest
+	}
+	return &wire.Error{Code: code, Message: err.Error()}
+}

@@ -1,0 +1,57 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"damselfly/scheduler"
+)
+
+// metrics are the daemon's Prometheus metrics, on a registry of its own
+// (with Go runtime, process and libp2p metrics) served at /metrics.
+type metrics struct {
+	reg          *prometheus.Registry
+	requests     *prometheus.CounterVec
+	routeChunks  *prometheus.CounterVec
+	routeSeconds prometheus.Histogram
+	expired      prometheus.Counter
+}
+
+func newMetrics(state *scheduler.State) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "damselfly_scheduler_requests_total",
+			Help: "Requests served, by message type and result (ok or an error code).",
+		}, []string{"type", "result"}),
+		routeChunks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "damselfly_scheduler_route_chunks_total",
+			Help: "Chunks routed, by outcome: parent (a peer holds it), origin (the requester's turn), wait.",
+		}, []string{"outcome"}),
+		routeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "damselfly_scheduler_route_seconds",
+			Help:    "Time to compute a route answer.",
+			Buckets: prometheus.ExponentialBuckets(5e-6, 4, 10),
+		}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "damselfly_scheduler_expired_peers_total",
+			Help: "Peers dropped for missing heartbeats.",
+		}),
+	}
+	gauge := func(name, help string, f func(scheduler.Stats) int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "damselfly_scheduler_" + name, Help: help},
+			func() float64 { return float64(f(state.Stats())) })
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.requests, m.routeChunks, m.routeSeconds, m.expired,
+		gauge("peers", "Registered peers.", func(s scheduler.Stats) int { return s.Peers }),
+		gauge("blobs", "Blobs anyone holds or fetches.", func(s scheduler.Stats) int { return s.Blobs }),
+		gauge("holdings", "(peer, blob) holdings.", func(s scheduler.Stats) int { return s.Holdings }),
+		gauge("origin_fetches", "Chunks being fetched from origin.", func(s scheduler.Stats) int { return s.OriginFetches }),
+		gauge("bans", "Peers banned.", func(s scheduler.Stats) int { return s.Bans }),
+		gauge("leases", "Assignments not yet reported on or timed out.", func(s scheduler.Stats) int { return s.Leases }),
+	)
+	return m
+}

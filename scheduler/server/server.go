@@ -1,0 +1,166 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"damselfly/peer/host"
+	"damselfly/scheduler"
+	"damselfly/scheduler/wire"
+)
+
+// Server is a scheduler daemon. New starts listening; Run serves until
+// its context is done, then closes everything.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	state   *scheduler.State
+	host    *host.Host
+	admin   net.Listener
+	httpSrv *http.Server
+	metrics *metrics
+
+	mu      sync.Mutex
+	closed  bool
+	perPeer map[peer.ID]int
+	active  int
+	streams sync.WaitGroup
+}
+
+// New validates cfg, starts the libp2p host and the admin listener, and
+// returns a Server ready to Run. Run must be called to release them.
+// log may be nil.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	// Seeded at random so that schedulers break ties differently.
+	state, err := scheduler.New(cfg.State.Core(), rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, state: state, perPeer: make(map[peer.ID]int)}
+	s.metrics = newMetrics(state)
+	hc := cfg.Host.HostConfig()
+	hc.Registerer = s.metrics.reg
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.host, err = host.New(ctx, hc, log)
+	if err != nil {
+		return nil, fmt.Errorf("start scheduler host: %w", err)
+	}
+	s.admin, err = net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		s.host.Close()
+		return nil, fmt.Errorf("admin API: %w", err)
+	}
+	s.httpSrv = &http.Server{
+		Handler:           s.adminHandler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          newStdLogger(log),
+	}
+	return s, nil
+}
+
+// State returns the scheduler core the server drives.
+func (s *Server) State() *scheduler.State { return s.state }
+
+// AddrInfo returns the scheduler's peer ID and addresses, as peers need
+// them to connect.
+func (s *Server) AddrInfo() peer.AddrInfo { return s.host.AddrInfo() }
+
+// AdminURL returns the admin API's base URL, such as http://127.0.0.1:7947.
+func (s *Server) AdminURL() string { return "http://" + s.admin.Addr().String() }
+
+// Run serves the scheduler protocol and the admin API until ctx is done,
+// then stops taking streams, waits for those in progress, and closes the
+// admin server and the host. It returns nil after a clean shutdown.
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.host.SetStreamHandler(wire.ProtocolID, s.handle)
+	s.log.Info("scheduler serving", "peer", s.host.ID(), "addrs", s.host.Addrs(), "admin", s.AdminURL())
+
+	var wg sync.WaitGroup
+	var httpErr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := s.httpSrv.Serve(s.admin); !errors.Is(err, http.ErrServerClosed) {
+			httpErr = fmt.Errorf("admin API: %w", err)
+			cancel() // a dead admin API stops the daemon
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		s.expireLoop(ctx)
+	}()
+	<-ctx.Done()
+
+	// Shut down in reverse order of start: no new streams, the admin API,
+	// the host (which resets streams in progress), then wait for all.
+	s.host.RemoveStreamHandler(wire.ProtocolID)
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := s.httpSrv.Shutdown(sctx); err != nil {
+		s.httpSrv.Close()
+	}
+	scancel()
+	hostErr := s.host.Close()
+	if hostErr != nil {
+		hostErr = fmt.Errorf("close host: %w", hostErr)
+	}
+	s.streams.Wait()
+	wg.Wait()
+	return errors.Join(httpErr, hostErr)
+}
+
+// expireLoop drops silent peers every ExpireInterval until ctx is done.
+func (s *Server) expireLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ExpireInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if gone := s.state.Expire(now); len(gone) > 0 {
+				s.metrics.expired.Add(float64(len(gone)))
+				s.log.Info("peers expired", "peers", gone)
+			}
+		}
+	}
+}
+
+// newStdLogger routes net/http's internal messages to log at debug level.
+func newStdLogger(l *slog.Logger) *log.Logger {
+	return log.New(writerFunc(func(p []byte) (int, error) {
+		l.Debug("admin http", "msg", string(p))
+		return len(p), nil
+	}), "", 0)
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+var _ io.Writer = writerFunc(nil)

@@ -1,0 +1,288 @@
+package server
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"damselfly/rafs"
+	"damselfly/scheduler"
+	"damselfly/scheduler/wire"
+)
+
+var blobA = rafs.Digest{0xaa, 1}
+
+// TestRoundTrips registers two peers, announces chunks from one and
+// routes the other to it.
+func TestRoundTrips(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, testConfig(t))
+	a, b := newPeer(t), newPeer(t)
+
+	wantCode(t, request(t, a, s, &wire.Heartbeat{}), wire.CodeUnknownPeer)
+	aAddrs := []string{a.Addrs()[0].String()}
+	wantOK(t, request(t, a, s, &wire.Register{Addrs: aAddrs, Labels: map[string]string{"zone": "z1"}, UploadCapacity: 1 << 20}))
+	wantOK(t, request(t, b, s, &wire.Register{}))
+	wantOK(t, request(t, a, s, &wire.Heartbeat{Load: scheduler.Load{ActiveUploads: 1}}))
+	wantOK(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{0, 1, 2}}))
+	wantOK(t, request(t, a, s, &wire.AnnounceFull{Blob: blobA, Held: scheduler.BitsetOf(0, 1, 2, 3)}))
+	wantOK(t, request(t, a, s, &wire.Drop{Blob: blobA, Chunks: []uint32{3}}))
+
+	resp := request(t, b, s, &wire.Route{Blob: blobA, Chunks: []uint32{1, 2, 3}})
+	ans, ok := resp.(*wire.Answer)
+	if !ok {
+		t.Fatalf("route: got %#v, want an answer", resp)
+	}
+	got := ans.Answer
+	if len(got.Parents) != 1 || got.Parents[0].ID != a.ID().String() || !equal(got.Parents[0].Chunks, []uint32{1, 2}) {
+		t.Fatalf("route: got parents %+v, want %s with chunks [1 2]", got.Parents, a.ID())
+	}
+	if !equal(got.Parents[0].Addrs, aAddrs) {
+		t.Errorf("parent addrs: got %v, want %v", got.Parents[0].Addrs, aAddrs)
+	}
+	if !equal(got.Origin, []uint32{3}) {
+		t.Errorf("origin: got %v, want [3] (b's turn)", got.Origin)
+	}
+	wantOK(t, request(t, b, s, &wire.Abandon{Blob: blobA, Chunks: []uint32{3}}))
+
+	// b reports on its assignment to a.
+	ok2 := wantOK(t, request(t, b, s, &wire.Report{About: a.ID().String(), Outcome: scheduler.Outcome{Blob: blobA, Bytes: 100, Duration: time.Millisecond, OK: true}}))
+	if ok2.Banned {
+		t.Error("report: got banned, want not")
+	}
+	// The same assignment cannot be reported twice.
+	wantCode(t, request(t, b, s, &wire.Report{About: a.ID().String(), Outcome: scheduler.Outcome{Blob: blobA, OK: true}}), wire.CodeBadRequest)
+
+	wantOK(t, request(t, a, s, &wire.Unregister{}))
+	wantCode(t, request(t, a, s, &wire.Heartbeat{}), wire.CodeUnknownPeer)
+}
+
+func equal[T comparable](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestActsForItself checks that every request acts for the stream's
+// authenticated peer: b cannot announce, heartbeat or report as a.
+func TestActsForItself(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, testConfig(t))
+	a, b := newPeer(t), newPeer(t)
+	wantOK(t, request(t, a, s, &wire.Register{}))
+
+	// b is not registered, whatever a did.
+	wantCode(t, request(t, b, s, &wire.Heartbeat{}), wire.CodeUnknownPeer)
+	wantCode(t, request(t, b, s, &wire.Announce{Blob: blobA, Chunks: []uint32{0}}), wire.CodeUnknownPeer)
+	wantCode(t, request(t, b, s, &wire.Route{Blob: blobA, Chunks: []uint32{0}}), wire.CodeUnknownPeer)
+
+	// a reporting itself is refused.
+	wantCode(t, request(t, a, s, &wire.Report{About: a.ID().String(), Outcome: scheduler.Outcome{Blob: blobA, OK: true}}), wire.CodeBadRequest)
+
+	// What a announces is a's: a route from b names a, and a route from a
+	// never names a.
+	wantOK(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{0}}))
+	wantOK(t, request(t, b, s, &wire.Register{}))
+	ans := request(t, a, s, &wire.Route{Blob: blobA, Chunks: []uint32{0}}).(*wire.Answer)
+	if len(ans.Answer.Parents) != 0 {
+		t.Errorf("a's route names parents %+v, want none", ans.Answer.Parents)
+	}
+	views := s.State().Peers(time.Now())
+	for _, v := range views {
+		if v.ID == b.ID().String() && v.Chunks != 0 {
+			t.Errorf("b holds %d chunks, want 0", v.Chunks)
+		}
+	}
+}
+
+// TestExpiry checks that a peer that stops heartbeating is dropped with
+// its holdings after the TTL.
+func TestExpiry(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.State.PeerTTL = time.Second
+	s := startServer(t, cfg)
+	a := newPeer(t)
+	wantOK(t, request(t, a, s, &wire.Register{}))
+	// On a loaded machine the TTL may run out before the announcement
+	// arrives; either way the peer must end up dropped.
+	if resp := request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{0, 1}}); resp.Type() == wire.TypeOK {
+		if n := len(s.State().Blobs()); n > 1 {
+			t.Fatalf("got %d blobs, want at most 1", n)
+		}
+	}
+	eventually(t, "the silent peer to expire", func() bool {
+		return len(s.State().Peers(time.Now())) == 0 && len(s.State().Blobs()) == 0
+	})
+	wantCode(t, request(t, a, s, &wire.Heartbeat{}), wire.CodeUnknownPeer)
+}
+
+// TestMalformed sends frames that break the protocol.
+func TestMalformed(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, testConfig(t))
+	a := newPeer(t)
+	for _, tt := range []struct {
+		name  string
+		frame []byte
+	}{
+		{"unknown type", []byte{0, 0, 0, 1, 0x7f}},
+		{"truncated body", []byte{0, 0, 0, 3, byte(wire.TypeAnnounce), 1, 2}},
+		{"oversized", binary.BigEndian.AppendUint32(nil, wire.MaxFrame+1)},
+		{"response as request", []byte{0, 0, 0, 2, byte(wire.TypeOK), 0}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := rawRequest(t, a, s, tt.frame)
+			wantCode(t, resp, wire.CodeBadRequest)
+		})
+	}
+}
+
+// TestStreamLimit checks that a peer over MaxStreamsPerPeer is refused.
+func TestStreamLimit(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.MaxStreamsPerPeer = 1
+	s := startServer(t, cfg)
+	a := newPeer(t)
+	wantOK(t, request(t, a, s, &wire.Register{}))
+	// Hold one stream open with half a request (a stream is negotiated
+	// when first written to)...
+	st := openStream(t, a, s)
+	defer st.Reset()
+	if _, err := st.Write([]byte{0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the held stream to be counted", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.perPeer[a.ID()] == 1
+	})
+	// ...and the next is refused.
+	wantCode(t, request(t, a, s, &wire.Heartbeat{}), wire.CodeRateLimited)
+}
+
+// TestAdminAPI exercises every admin endpoint.
+func TestAdminAPI(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, testConfig(t))
+	a, b := newPeer(t), newPeer(t)
+	wantOK(t, request(t, a, s, &wire.Register{Labels: map[string]string{"zone": "z"}}))
+	wantOK(t, request(t, b, s, &wire.Register{}))
+	wantOK(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{0}}))
+	// b is told to fetch chunk 1 from origin: an origin fetch in flight.
+	request(t, b, s, &wire.Route{Blob: blobA, Chunks: []uint32{1}})
+
+	get := func(path string, want int) string {
+		t.Helper()
+		return do(t, http.MethodGet, s.AdminURL()+path, want)
+	}
+	if got := get("/healthz", 200); strings.TrimSpace(got) != "ok" {
+		t.Errorf("healthz: got %q, want ok", got)
+	}
+	var peers []PeerJSON
+	decode(t, get("/api/v1/peers", 200), &peers)
+	if len(peers) != 2 || !strings.Contains(get("/api/v1/peers", 200), `"upload_capacity"`) {
+		t.Errorf("peers: got %+v, want 2 with snake_case keys", peers)
+	}
+	var blobs []BlobJSON
+	decode(t, get("/api/v1/blobs", 200), &blobs)
+	if len(blobs) != 1 || blobs[0].Blob != blobA.String() || blobs[0].Holders != 1 {
+		t.Errorf("blobs: got %+v, want %s held by 1", blobs, blobA)
+	}
+	var origin []OriginJSON
+	decode(t, get("/api/v1/origin", 200), &origin)
+	if len(origin) != 1 || origin[0].Chunk != 1 || len(origin[0].Fetchers) != 1 || origin[0].Fetchers[0].Peer != b.ID().String() {
+		t.Errorf("origin: got %+v, want chunk 1 fetched by %s", origin, b.ID())
+	}
+
+	do(t, http.MethodPost, s.AdminURL()+"/api/v1/bans/"+a.ID().String(), 200)
+	var bans []BanJSON
+	decode(t, get("/api/v1/bans", 200), &bans)
+	if len(bans) != 1 || bans[0].Peer != a.ID().String() {
+		t.Errorf("bans: got %+v, want %s", bans, a.ID())
+	}
+	wantCode(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{2}}), wire.CodeBanned)
+	do(t, http.MethodDelete, s.AdminURL()+"/api/v1/bans/"+a.ID().String(), 200)
+	decode(t, get("/api/v1/bans", 200), &bans)
+	if len(bans) != 0 {
+		t.Errorf("bans after unban: got %+v, want none", bans)
+	}
+	do(t, http.MethodPost, s.AdminURL()+"/api/v1/bans/not-a-peer", 400)
+	get("/api/v1/nothing", 404)
+
+	metrics := get("/metrics", 200)
+	for _, want := range []string{
+		"damselfly_scheduler_peers 2",
+		"damselfly_scheduler_blobs 1",
+		`damselfly_scheduler_requests_total{result="ok",type="register"} 2`,
+		`damselfly_scheduler_route_chunks_total{outcome="origin"} 1`,
+		"damselfly_scheduler_route_seconds_count 1",
+		"damselfly_scheduler_bans 0",
+		"damselfly_scheduler_origin_fetches 1",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics: no %q", want)
+		}
+	}
+}
+
+func do(t *testing.T, method, url string, want int) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: got status %d, want %d; body %s", method, url, resp.StatusCode, want, body)
+	}
+	return string(body)
+}
+
+func decode(t *testing.T, body string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		t.Fatalf("decode %q: %v", body, err)
+	}
+}
+
+// TestReportBans: a bad-bytes report that reaches the quorum is answered
+// with the banned flag, and the banned peer may no longer announce.
+func TestReportBans(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.State.BanQuorum = 1
+	s := startServer(t, cfg)
+	a, b := newPeer(t), newPeer(t)
+	wantOK(t, request(t, a, s, &wire.Register{}))
+	wantOK(t, request(t, b, s, &wire.Register{}))
+	wantOK(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{0}}))
+	ans := request(t, b, s, &wire.Route{Blob: blobA, Chunks: []uint32{0}}).(*wire.Answer)
+	if len(ans.Answer.Parents) != 1 {
+		t.Fatalf("got parents %+v, want a", ans.Answer.Parents)
+	}
+	ok := wantOK(t, request(t, b, s, &wire.Report{About: a.ID().String(), Outcome: scheduler.Outcome{Blob: blobA, BadBytes: true, BadChunk: 0}}))
+	if !ok.Banned {
+		t.Error("report: got not banned, want banned (quorum 1)")
+	}
+	wantCode(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{1}}), wire.CodeBanned)
+}
