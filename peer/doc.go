@@ -1,5 +1,35 @@
-// Package peer will hold the node daemon: the libp2p host, chunk exchange
-// with other peers, the node cache shared with fusemount, origin
-// (back-to-source) fetching and the scheduler client. See DESIGN.md; it
-// is built by the "peer and proxy" issue.
+// Package peer is the node daemon's chunk source: Node serves the chunks
+// of RAFS blobs to the node's readers (the proxy's batch endpoint, and
+// through it the mount daemons) from the node cache, then other peers,
+// then the origin registry, and tells the scheduler what the node holds.
+//
+// The parts:
+//
+//   - router.go: Router, how a node learns where chunks are and says what
+//     it holds (the scheduler client implements it).
+//   - node.go: Node, NewNode, Run (holdings upkeep) and Close; config.go
+//     its NodeConfig.
+//   - fetch_read.go: ReadChunks, which delivers in request order, reading
+//     cache hits in turn and waiting for the misses' fetch.
+//   - fetch_flight.go: one fetch per chunk digest however many reads want
+//     it, cancelled only when every read waiting for it has gone.
+//   - fetch.go, fetch_round.go: the retry loop of a batch of misses: ask
+//     the Router, fetch from the parents it names (several at once) and
+//     from the origin on this node's turn, wait when told to, until every
+//     chunk arrived or FetchDeadline passed without progress. Without a
+//     Router answer, parents learnt recently (recent.go) are asked, then
+//     the origin, so reads never fail because the scheduler is gone.
+//   - fetch_parent.go: the chunk exchange with one parent (peer/exchange),
+//     reporting each assignment and avoiding a parent that sent bad bytes.
+//   - fetch_origin.go: ranged GETs to the origin, adjacent chunks merged,
+//     each chunk verified before use.
+//   - holdings.go, holdings_format.go: which chunks the node holds, per
+//     blob, persisted so that they are announced again after a restart and
+//     dropped when the cache evicts them.
+//   - metrics.go: Prometheus counters and Stats, by source.
+//
+// Every chunk is verified against its digest before it is cached, handed
+// to a reader or announced. Subpackages: host (the libp2p host), exchange
+// (the chunk protocol), cache (the node cache), daemon (the assembled peer
+// daemon).
 package peer

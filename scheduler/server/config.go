@@ -72,6 +72,10 @@ type StateConfig struct {
 	AccusationRefill       time.Duration `mapstructure:"accusation_refill" yaml:"accusation_refill"`
 }
 
+// DefaultListenAddr is the scheduler's default libp2p address: not the
+// peer's (peer/host.DefaultListenAddr), so both can run on one machine.
+const DefaultListenAddr = "/ip4/0.0.0.0/tcp/7945"
+
 // DefaultAdminListen is the admin API's default address.
 const DefaultAdminListen = "127.0.0.1:7947"
 
@@ -82,7 +86,7 @@ func Default(dir string) Config {
 	return Config{
 		Host: HostConfig{
 			IdentityFile:   hc.IdentityFile,
-			ListenAddrs:    hc.ListenAddrs,
+			ListenAddrs:    []string{DefaultListenAddr},
 			ClusterKeyFile: hc.ClusterKeyFile,
 		},
 		Admin:             AdminConfig{Listen: DefaultAdminListen},

@@ -1,0 +1,319 @@
+package daemon
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"go.uber.org/goleak"
+
+	dhost "damselfly/peer/host"
+	"damselfly/proxy"
+	"damselfly/rafs"
+	"damselfly/scheduler/server"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testImage is one RAFS blob pushed to a registry, with its chunks.
+type testImage struct {
+	blob   rafs.Digest
+	chunks []rafs.Chunk
+}
+
+func buildBlob(t *testing.T) (testImage, []byte) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(1, 2))
+	data := make([]byte, 6*rafs.MinChunkSize+123)
+	for i := range data {
+		data[i] = byte(r.Uint32())
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: "f", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data)), ModTime: time.Unix(1700000000, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	res, err := rafs.Build(t.Context(), []rafs.LayerSource{{Name: "l", Open: func(context.Context) (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
+	}}}, rafs.BuildOptions{ChunkSize: rafs.MinChunkSize, BlobDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rafs.Decode(res.Bootstrap, rafs.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := testImage{blob: res.Blobs[0].Digest}
+	for i := range b.ChunkCount() {
+		c, err := b.Chunk(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img.chunks = append(img.chunks, c)
+	}
+	slices.SortFunc(img.chunks, func(a, b rafs.Chunk) int { return int(a.Ordinal) - int(b.Ordinal) })
+	blob, err := os.ReadFile(rafs.BlobPath(dir, img.blob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, blob
+}
+
+// flakyRegistry is an in-process registry that can be taken down (503).
+type flakyRegistry struct {
+	srv  *httptest.Server
+	down atomic.Bool
+	sent atomic.Int64 // blob bytes served
+}
+
+func newRegistry(t *testing.T, blob []byte) *flakyRegistry {
+	t.Helper()
+	reg := registry.New(registry.Logger(nilLogger()))
+	f := &flakyRegistry{}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f.down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+			w = countWriter{w, &f.sent}
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	t.Cleanup(f.srv.Close)
+	repo, err := name.NewRepository(strings.TrimPrefix(f.srv.URL, "http://")+"/test/image", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteLayer(repo, static.NewLayer(blob, types.MediaType(rafs.MediaTypeBlob))); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+type countWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (c countWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func clusterKey(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "cluster.key")
+	if err := dhost.CreateClusterKeyFile(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startScheduler runs a scheduler daemon on loopback and returns its
+// multiaddr with /p2p/.
+func startScheduler(t *testing.T, key string) string {
+	t.Helper()
+	cfg := server.Default(t.TempDir())
+	cfg.Host.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
+	cfg.Host.ClusterKeyFile = key
+	cfg.Admin.Listen = "127.0.0.1:0"
+	s, err := server.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("scheduler Run: %v", err)
+		}
+	})
+	ai := s.AddrInfo()
+	return fmt.Sprintf("%s/p2p/%s", ai.Addrs[0], ai.ID)
+}
+
+func testConfig(t *testing.T, key, sched string) Config {
+	cfg := Default()
+	cfg.Dir = t.TempDir()
+	cfg.Cache.Dir = "" // Dir/cache
+	cfg.Host.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
+	cfg.Host.ClusterKeyFile = key
+	cfg.Proxy.Listen = "127.0.0.1:0"
+	cfg.Node.FetchDeadline = 20 * time.Second
+	cfg.Node.MaxRetryDelay = 200 * time.Millisecond
+	if sched != "" {
+		cfg.Scheduler.Schedulers = []string{sched}
+		cfg.Scheduler.HeartbeatInterval = 200 * time.Millisecond
+	}
+	cfg.Labels = map[string]string{"zone": "test"}
+	return cfg
+}
+
+// startDaemon makes and runs a daemon; cleanup stops it and checks that
+// Run returned nil.
+func startDaemon(t *testing.T, cfg Config) *Daemon {
+	t.Helper()
+	d, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon Run: %v", err)
+		}
+	})
+	return d
+}
+
+func readThrough(ctx context.Context, d *Daemon, reg string, img testImage) error {
+	cc := proxy.NewChunkClient(d.ProxyURL(), nil)
+	n := 0
+	err := cc.ReadChunks(ctx, proxy.Upstream{Registry: reg, Repo: "test/image"}, img.blob, img.chunks,
+		func(i int, c rafs.Chunk, stored []byte) error {
+			if i != n {
+				return fmt.Errorf("got chunk %d, want %d", i, n)
+			}
+			n++
+			return rafs.DecodeChunk(c, stored, make([]byte, c.Size))
+		})
+	if err == nil && n != len(img.chunks) {
+		err = fmt.Errorf("got %d chunks, want %d", n, len(img.chunks))
+	}
+	return err
+}
+
+func TestTwoPeersAndAScheduler(t *testing.T) {
+	t.Parallel()
+	img, blob := buildBlob(t)
+	reg := newRegistry(t, blob)
+	key := clusterKey(t)
+	sched := startScheduler(t, key)
+	a := startDaemon(t, testConfig(t, key, sched))
+	b := startDaemon(t, testConfig(t, key, sched))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	resp, err := http.Get(a.ProxyURL() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("healthz: %d", resp.StatusCode)
+	}
+
+	if err := readThrough(ctx, a, reg.srv.URL, img); err != nil {
+		t.Fatalf("read through A: %v", err)
+	}
+	if s := a.Node().Stats(); s.OriginChunks != int64(len(img.chunks)) {
+		t.Errorf("A: %d chunks from origin, want %d", s.OriginChunks, len(img.chunks))
+	}
+	// With the registry down, B gets every chunk from A once the
+	// scheduler has A's announcements (B retries until then).
+	reg.down.Store(true)
+	if err := readThrough(ctx, b, reg.srv.URL, img); err != nil {
+		t.Fatalf("read through B with the registry down: %v", err)
+	}
+	if s := b.Node().Stats(); s.PeerChunks != int64(len(img.chunks)) {
+		t.Errorf("B: %d chunks from peers, want %d", s.PeerChunks, len(img.chunks))
+	}
+}
+
+func TestAlonePeerWithoutScheduler(t *testing.T) {
+	t.Parallel()
+	img, blob := buildBlob(t)
+	reg := newRegistry(t, blob)
+	cfg := testConfig(t, clusterKey(t), "")
+	d := startDaemon(t, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := readThrough(ctx, d, reg.srv.URL, img); err != nil {
+		t.Fatal(err)
+	}
+	if got := reg.sent.Load(); got != int64(len(blob)) {
+		t.Errorf("registry sent %d bytes, want %d", got, len(blob))
+	}
+	// Read again: all from the cache.
+	if err := readThrough(ctx, d, reg.srv.URL, img); err != nil {
+		t.Fatal(err)
+	}
+	if got := reg.sent.Load(); got != int64(len(blob)) {
+		t.Errorf("registry sent %d bytes after a second read, want %d", got, len(blob))
+	}
+}
+
+func TestNewFailsCleanly(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, filepath.Join(t.TempDir(), "missing.key"), "")
+	if _, err := New(cfg, nil); err == nil {
+		t.Fatal("New with a missing cluster key succeeded")
+	}
+	// Close without Run releases the listeners.
+	cfg = testConfig(t, clusterKey(t), "")
+	d, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	good := Default()
+	if err := good.Validate(); err != nil {
+		t.Fatalf("default: %v", err)
+	}
+	bad := Default()
+	bad.Dir = ""
+	bad.Node.FetchDeadline = 0
+	bad.Proxy.Listen = "0.0.0.0:7950"
+	bad.Scheduler.Schedulers = []string{"not a multiaddr"}
+	err := bad.Validate()
+	if err == nil {
+		t.Fatal("bad config validated")
+	}
+	for _, want := range []string{"dir", "node", "fetch_deadline", "proxy", "scheduler"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
+
+func nilLogger() *log.Logger { return log.New(io.Discard, "", 0) }

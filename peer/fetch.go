@@ -1,0 +1,237 @@
+package peer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"damselfly/proxy"
+	"damselfly/rafs"
+)
+
+// Bounds of the retry loop of a batch.
+const (
+	minRetryDelay = 50 * time.Millisecond
+	maxRoute      = 1024 // ordinals per Route call, as the scheduler bounds a query
+)
+
+// errNoSource is the reason given when a chunk was never offered by any
+// source within the deadline.
+var errNoSource = errors.New("no peer holds it and the origin did not serve it")
+
+// group is the state of one batch's fetch: the chunks still pending,
+// by ordinal, and what the current round achieved.
+type group struct {
+	blob rafs.Digest
+	up   proxy.Upstream
+
+	mu       sync.Mutex
+	pending  map[uint32]*flight
+	progress bool
+	lastErr  error
+}
+
+// take removes ordinal o from the pending chunks and returns its flight,
+// or nil if it is not pending.
+func (g *group) take(o uint32) *flight {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	f := g.pending[o]
+	if f != nil {
+		delete(g.pending, o)
+		g.progress = true
+	}
+	return f
+}
+
+func (g *group) noteErr(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lastErr = err
+}
+
+// chunks returns the pending chunks of ords, or all pending chunks if
+// ords is nil (callers check for an empty list first), ascending by
+// ordinal.
+func (g *group) chunks(ords []uint32) []rafs.Chunk {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []rafs.Chunk
+	if ords == nil {
+		for _, f := range g.pending {
+			out = append(out, f.want)
+		}
+		slices.SortFunc(out, func(a, b rafs.Chunk) int { return int(int64(a.Ordinal) - int64(b.Ordinal)) })
+		return out
+	}
+	for _, o := range ords {
+		if f := g.pending[o]; f != nil {
+			out = append(out, f.want)
+		}
+	}
+	return out
+}
+
+func (g *group) ordinals() []uint32 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]uint32, 0, len(g.pending))
+	for o := range g.pending {
+		out = append(out, o)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (g *group) left() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.pending)
+}
+
+// fetch gets the chunks of the flights it leads and finishes every one of
+// them, with its bytes or an error, before it returns.
+func (n *Node) fetch(ctx context.Context, up proxy.Upstream, blob rafs.Digest, lead []*flight) {
+	all := lead
+	defer func() {
+		// Flights still unfinished were cancelled: no read waits for them
+		// (finish ignores the others).
+		err := ctx.Err()
+		if err == nil {
+			err = errors.New("fetch ended early")
+		}
+		if n.life.Err() != nil {
+			err = ErrClosed
+		}
+		for _, f := range all {
+			n.finish(f, rafs.Chunk{}, nil, err, true)
+		}
+	}()
+	// The protocol names chunks by ordinal: a batch with two chunks of one
+	// ordinal (only a broken request has them) is fetched in groups.
+	for len(lead) > 0 && ctx.Err() == nil {
+		g := &group{blob: blob, up: up, pending: make(map[uint32]*flight)}
+		var rest []*flight
+		for _, f := range lead {
+			if _, dup := g.pending[f.want.Ordinal]; dup {
+				rest = append(rest, f)
+				continue
+			}
+			g.pending[f.want.Ordinal] = f
+		}
+		n.fetchGroup(ctx, g)
+		lead = rest
+	}
+}
+
+// fetchGroup runs rounds until every pending chunk arrived, failed for
+// good, or went FetchDeadline without any chunk of the group arriving.
+func (n *Node) fetchGroup(ctx context.Context, g *group) {
+	deadline := time.Now().Add(n.cfg.FetchDeadline)
+	backoff := minRetryDelay
+	for g.left() > 0 && ctx.Err() == nil {
+		n.fromCache(g)
+		if g.left() == 0 {
+			return
+		}
+		g.progress = false
+		retryAfter, waited := n.round(ctx, g)
+		if g.left() == 0 || ctx.Err() != nil {
+			return
+		}
+		now := time.Now()
+		if g.progress {
+			deadline = now.Add(n.cfg.FetchDeadline)
+			backoff = minRetryDelay
+		}
+		if !now.Before(deadline) {
+			n.failPending(g)
+			return
+		}
+		var delay time.Duration
+		switch {
+		case waited:
+			delay = max(min(retryAfter, n.cfg.MaxRetryDelay), minRetryDelay/5)
+		case g.progress:
+			delay = 0 // go again at once for the chunks that were missing
+		default:
+			delay = backoff
+			backoff = min(2*backoff, n.cfg.MaxRetryDelay)
+		}
+		delay = min(delay, time.Until(deadline))
+		if delay > 0 {
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// failPending fails every pending chunk of g: the deadline passed.
+func (n *Node) failPending(g *group) {
+	g.mu.Lock()
+	reason := g.lastErr
+	if reason == nil {
+		reason = errNoSource
+	}
+	fs := make([]*flight, 0, len(g.pending))
+	for o, f := range g.pending {
+		fs = append(fs, f)
+		delete(g.pending, o)
+	}
+	g.mu.Unlock()
+	for _, f := range fs {
+		n.finish(f, rafs.Chunk{}, nil, fmt.Errorf("chunk %d of blob %s: nothing served it for %v: %w",
+			f.want.Ordinal, g.blob, n.cfg.FetchDeadline, reason), true)
+	}
+}
+
+// failNow fails pending chunks of g at once, for a permanent error.
+func (n *Node) failNow(g *group, cs []rafs.Chunk, err error) {
+	for _, c := range cs {
+		if f := g.take(c.Ordinal); f != nil {
+			n.finish(f, rafs.Chunk{}, nil, err, false)
+		}
+	}
+}
+
+// fromCache finishes the pending chunks that are in the node cache now
+// (another process, or another read, may have put them).
+func (n *Node) fromCache(g *group) {
+	for _, c := range g.chunks(nil) {
+		if !n.cache.Has(c.Digest) {
+			continue
+		}
+		if sc, stored, ok := n.readCache(c); ok {
+			if f := g.take(c.Ordinal); f != nil {
+				n.m.delivered(sourceCache, len(stored))
+				n.finish(f, sc, stored, nil, false)
+			}
+		}
+	}
+}
+
+// arrived handles a verified chunk of g from a peer or the origin: it is
+// cached, recorded as held and announced, then handed to its waiters (so
+// that a reader that got it can count on other peers finding it).
+func (n *Node) arrived(g *group, c rafs.Chunk, stored []byte, source string) {
+	cp := bytes.Clone(stored)
+	n.m.delivered(source, len(cp))
+	if err := n.cache.PutChunk(c, cp); err != nil {
+		n.log.Warn("caching a chunk", "chunk", c.Digest, "err", err)
+	} else {
+		n.hold.add(g.blob, c.Ordinal, c.Digest)
+		n.router.Announce(g.blob, []uint32{c.Ordinal})
+	}
+	if f := g.take(c.Ordinal); f != nil {
+		n.finish(f, c, cp, nil, false)
+	}
+}

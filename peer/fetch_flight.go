@@ -1,0 +1,116 @@
+package peer
+
+import (
+	"context"
+
+	"damselfly/proxy"
+	"damselfly/rafs"
+)
+
+// flight is one chunk being fetched, keyed by digest in Node.flights, so
+// that concurrent reads of a chunk wait for one fetch. Its result fields
+// are written once, before done is closed.
+type flight struct {
+	want rafs.Chunk // as the leading read asked for it
+	b    *batch
+	done chan struct{}
+
+	finished  bool // guarded by Node.mu
+	got       rafs.Chunk
+	stored    []byte
+	err       error
+	transient bool
+}
+
+// batch is the fetch that a read started for the flights it leads. It is
+// cancelled when no read waits for any of its flights any more.
+type batch struct {
+	refs    int       // waiters over all its flights; guarded by Node.mu
+	flights []*flight // those it leads
+	cancel  context.CancelFunc
+}
+
+// join returns a flight for each chunk of cs, joining the flights in
+// progress for their digests and starting one fetch for the rest. Every
+// flight returned holds a reference that leave releases.
+func (n *Node) join(up proxy.Upstream, blob rafs.Digest, cs []rafs.Chunk) []*flight {
+	ctx, cancel := context.WithCancel(n.life)
+	b := &batch{cancel: cancel}
+	out := make([]*flight, len(cs))
+	var lead []*flight
+	n.mu.Lock()
+	closed := n.closed
+	for i, c := range cs {
+		f := n.flights[c.Digest]
+		switch {
+		case f == nil || closed:
+			f = &flight{want: c, b: b, done: make(chan struct{})}
+			if !closed {
+				n.flights[c.Digest] = f
+			}
+			lead = append(lead, f)
+		case f.b != b:
+			n.m.collapsed.Add(1)
+		}
+		f.b.refs++
+		out[i] = f
+	}
+	b.flights = lead
+	if len(lead) > 0 && !closed {
+		n.wg.Add(1)
+	}
+	n.mu.Unlock()
+	switch {
+	case len(lead) == 0:
+		cancel()
+	case closed:
+		cancel()
+		for _, f := range lead {
+			n.finish(f, rafs.Chunk{}, nil, ErrClosed, false)
+		}
+	default:
+		go func() {
+			defer n.wg.Done()
+			defer cancel()
+			n.fetch(ctx, up, blob, lead)
+		}()
+	}
+	return out
+}
+
+// leave releases the references join returned, cancelling each batch that
+// no read waits for any more. A cancelled batch's flights leave the map at
+// once, so that a read coming later starts a fetch of its own instead of
+// joining one that is ending.
+func (n *Node) leave(fs []*flight) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, f := range fs {
+		f.b.refs--
+		if f.b.refs > 0 {
+			continue
+		}
+		f.b.cancel()
+		for _, g := range f.b.flights {
+			if n.flights[g.want.Digest] == g {
+				delete(n.flights, g.want.Digest)
+			}
+		}
+	}
+}
+
+// finish records f's result and wakes its waiters. Only the first call
+// counts.
+func (n *Node) finish(f *flight, got rafs.Chunk, stored []byte, err error, transient bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if f.finished {
+		return
+	}
+	f.finished = true
+	if n.flights[f.want.Digest] == f {
+		delete(n.flights, f.want.Digest)
+	}
+	f.got, f.stored, f.err, f.transient = got, stored, err, transient
+	close(f.done)
+}

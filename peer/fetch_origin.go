@@ -1,0 +1,111 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"damselfly/rafs"
+)
+
+// originRun is a run of chunks adjacent in the blob, fetched with one
+// ranged GET.
+type originRun struct {
+	off, end int64
+	chunks   []rafs.Chunk
+}
+
+// originRuns sorts cs by offset and merges adjacent chunks into runs of at
+// most maxRange bytes (a bigger chunk is a run of its own).
+func originRuns(cs []rafs.Chunk, maxRange int64) []originRun {
+	cs = slices.Clone(cs)
+	slices.SortFunc(cs, func(a, b rafs.Chunk) int {
+		switch {
+		case a.CompressedOffset < b.CompressedOffset:
+			return -1
+		case a.CompressedOffset > b.CompressedOffset:
+			return 1
+		}
+		return 0
+	})
+	var out []originRun
+	for _, c := range cs {
+		off := int64(c.CompressedOffset)
+		end := off + int64(c.CompressedSize)
+		if k := len(out) - 1; k >= 0 && out[k].end == off && end-out[k].off <= maxRange {
+			out[k].end = end
+			out[k].chunks = append(out[k].chunks, c)
+			continue
+		}
+		out = append(out, originRun{off: off, end: end, chunks: []rafs.Chunk{c}})
+	}
+	return out
+}
+
+// fetchOrigin fetches cs from the origin, adjacent chunks merged into
+// ranged GETs of up to OriginMaxRange, a few at once. Each chunk is
+// verified before it is cached, handed on and announced. With turn (the
+// Router gave this node the turn), failed chunks are abandoned so that
+// another peer gets the turn. A permanent origin error fails its chunks
+// at once; a transient one leaves them for the next round.
+func (n *Node) fetchOrigin(ctx context.Context, g *group, cs []rafs.Chunk, turn bool) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, n.cfg.MaxParallelOrigin)
+	for _, run := range originRuns(cs, n.cfg.OriginMaxRange) {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			n.fetchRun(ctx, g, run, turn)
+		}()
+	}
+	wg.Wait()
+}
+
+func (n *Node) fetchRun(ctx context.Context, g *group, run originRun, turn bool) {
+	ords := func(cs []rafs.Chunk) []uint32 {
+		out := make([]uint32, len(cs))
+		for i, c := range cs {
+			out[i] = c.Ordinal
+		}
+		return out
+	}
+	buf := make([]byte, run.end-run.off)
+	if err := n.origin.ReadRange(ctx, g.up, g.blob, run.off, buf); err != nil {
+		if turn {
+			n.router.Abandon(g.blob, ords(run.chunks))
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		err = fmt.Errorf("origin: read %d bytes at %d of blob %s: %w", len(buf), run.off, g.blob, err)
+		if !n.transient(err) {
+			n.failNow(g, run.chunks, err)
+			return
+		}
+		n.log.Debug("origin failed; will retry", "err", err)
+		g.noteErr(err)
+		return
+	}
+	n.m.originRequest(len(buf))
+	var bad []uint32
+	for _, c := range run.chunks {
+		stored := buf[int64(c.CompressedOffset)-run.off:][:c.CompressedSize]
+		if err := rafs.DecodeChunk(c, stored, make([]byte, c.Size)); err != nil {
+			bad = append(bad, c.Ordinal)
+			g.noteErr(fmt.Errorf("origin: chunk %d of blob %s: %w", c.Ordinal, g.blob, err))
+			continue
+		}
+		n.arrived(g, c, stored, sourceOrigin)
+	}
+	if turn && len(bad) > 0 {
+		n.router.Abandon(g.blob, bad)
+	}
+}

@@ -1,0 +1,89 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	lpeer "github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
+
+	"damselfly/peer/exchange"
+	"damselfly/rafs"
+)
+
+// fetchParent fetches cs from parent p over the chunk exchange, in as
+// many requests as the protocol's limits need. Verified chunks are cached,
+// announced and handed on; missing ones stay pending for the next round.
+// A parent that sends bad bytes or breaks the protocol is avoided from
+// then on. With assigned (the Router named p), the outcome is reported.
+func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs []rafs.Chunk, assigned bool) {
+	if len(p.Addrs) > 0 {
+		n.h.Peerstore().AddAddrs(p.ID, p.Addrs, peerstore.TempAddrTTL)
+	}
+	start := time.Now()
+	o := Outcome{Blob: g.blob, OK: true}
+	cancelled := false // by this node: nothing to report about the parent
+	for _, batch := range splitBatches(cs) {
+		pctx, cancel := context.WithTimeout(ctx, n.cfg.ParentTimeout)
+		res, err := exchange.Fetch(pctx, n.h, p.ID, g.blob, batch, func(c rafs.Chunk, stored []byte) error {
+			n.arrived(g, c, stored, sourcePeer)
+			return nil
+		})
+		cancel()
+		o.Bytes += res.Bytes
+		for _, c := range res.Missing {
+			o.Missing = append(o.Missing, c.Ordinal)
+		}
+		if err == nil && len(res.Missing) == 0 {
+			continue
+		}
+		o.OK = false
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, exchange.ErrBadChunk) || errors.Is(err, exchange.ErrProtocol) {
+			o.BadBytes = true
+			switch {
+			case len(res.Bad) > 0:
+				o.BadChunk = res.Bad[0].Ordinal
+			case len(res.Unanswered) > 0:
+				o.BadChunk = res.Unanswered[0].Ordinal
+			}
+			n.avoidPeer(p.ID)
+			n.m.badPeer()
+			n.log.Warn("peer sent bad bytes; avoiding it", "peer", p.ID, "blob", g.blob, "chunk", o.BadChunk, "err", err)
+		} else if ctx.Err() != nil {
+			cancelled = true
+		} else {
+			n.log.Debug("fetch from peer failed", "peer", p.ID, "blob", g.blob, "err", err)
+		}
+		g.noteErr(fmt.Errorf("peer %s: %w", p.ID, err))
+		break // the rest would fail alike; the next round routes them again
+	}
+	o.Duration = time.Since(start)
+	if assigned && !cancelled {
+		n.router.Report(p.ID, o)
+	}
+}
+
+// splitBatches cuts cs into requests within the exchange's limits.
+func splitBatches(cs []rafs.Chunk) [][]rafs.Chunk {
+	var out [][]rafs.Chunk
+	var cur []rafs.Chunk
+	var bytes int64
+	for _, c := range cs {
+		sz := int64(max(c.CompressedSize, c.Size))
+		if len(cur) > 0 && (len(cur) == exchange.MaxChunksPerBatch || bytes+sz > exchange.MaxBatchBytes) {
+			out = append(out, cur)
+			cur, bytes = nil, 0
+		}
+		cur = append(cur, c)
+		bytes += sz
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}

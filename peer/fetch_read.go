@@ -1,0 +1,114 @@
+package peer
+
+import (
+	"context"
+
+	"damselfly/proxy"
+	"damselfly/rafs"
+)
+
+// ReadChunks implements proxy.ChunkSource. Chunks the node cache holds
+// are read and verified from it; the misses are fetched in one batch in
+// the background (collapsed with other reads' fetches of the same
+// digests) while deliver is called in request order, so chunks that
+// arrive early wait in memory for their turn. A chunk nobody can serve is
+// retried until NodeConfig.FetchDeadline passes without progress; the
+// error then wraps a *proxy.ChunkError naming it.
+func (n *Node) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	if len(chunks) == 0 {
+		return nil
+	}
+	// Misses go into one fetch now; hits are read when their turn comes,
+	// so that a big batch of hits is not buffered.
+	var missIdx []int
+	var missChunks []rafs.Chunk
+	for i, c := range chunks {
+		if err := checkChunk(c); err != nil {
+			n.m.failure()
+			return chunkError(i, false, err)
+		}
+	}
+	for i, c := range chunks {
+		if !n.cache.Has(c.Digest) {
+			missIdx = append(missIdx, i)
+			missChunks = append(missChunks, c)
+		}
+	}
+	flights := make(map[int]*flight, len(missIdx))
+	if len(missChunks) > 0 {
+		fs := n.join(up, blob, missChunks)
+		defer n.leave(fs)
+		for j, i := range missIdx {
+			flights[i] = fs[j]
+		}
+	}
+	var announce []uint32
+	defer func() {
+		if len(announce) > 0 {
+			n.router.Announce(blob, announce)
+		}
+	}()
+	for i, c := range chunks {
+		f := flights[i]
+		if f == nil {
+			if sc, stored, ok := n.readCache(c); ok {
+				n.m.delivered(sourceCache, len(stored))
+				if n.hold.add(blob, c.Ordinal, c.Digest) {
+					announce = append(announce, c.Ordinal)
+				}
+				if err := deliver(i, sc, stored); err != nil {
+					return err
+				}
+				continue
+			}
+			// Evicted since Has, or corrupt: fetch it on its own.
+			fs := n.join(up, blob, []rafs.Chunk{c})
+			defer n.leave(fs)
+			f = fs[0]
+		}
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			n.m.failure()
+			return chunkError(i, true, ctx.Err())
+		}
+		if f.err != nil {
+			n.m.failure()
+			return chunkError(i, f.transient, f.err)
+		}
+		// The flight may be another read's, for the same content at
+		// another place: deliver c in the form the bytes are stored.
+		dc := c
+		dc.Flags = c.Flags&^rafs.ChunkCompressed | f.got.Flags&rafs.ChunkCompressed
+		dc.CompressedSize = f.got.CompressedSize
+		if err := deliver(i, dc, f.stored); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readCache reads c's stored bytes from the node cache and verifies them.
+// The chunk returned describes the stored form, which may differ from
+// c's. An entry that fails verification is removed.
+func (n *Node) readCache(c rafs.Chunk) (rafs.Chunk, []byte, bool) {
+	meta, stored, err := n.cache.Get(c.Digest, nil)
+	if err != nil || meta.Size != c.Size {
+		return c, nil, false
+	}
+	sc := c
+	sc.CompressedSize = meta.StoredSize
+	if meta.Compressed {
+		sc.Flags |= rafs.ChunkCompressed
+	} else {
+		sc.Flags &^= rafs.ChunkCompressed
+	}
+	scratch := make([]byte, c.Size)
+	if err := rafs.DecodeChunk(sc, stored, scratch); err != nil {
+		n.log.Warn("cached chunk fails verification; removing it", "chunk", c.Digest, "err", err)
+		_ = n.cache.Remove(c.Digest)
+		return c, nil, false
+	}
+	return sc, stored, true
+}

@@ -1,0 +1,251 @@
+package peer
+
+import (
+	"cmp"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"damselfly/rafs"
+)
+
+// maxHoldingFiles bounds the holdings files read at start.
+const maxHoldingFiles = 1 << 16
+
+// holdings is what the node knows it holds: per blob, the ordinals of the
+// chunks in the node cache with their digests. It persists each blob's
+// set to one file under dir (holdings_format.go), written atomically when
+// flushed. Safe for concurrent use.
+type holdings struct {
+	dir string
+	log *slog.Logger
+
+	mu    sync.Mutex
+	blobs map[rafs.Digest]map[uint32]rafs.Digest
+	dirty map[rafs.Digest]struct{}
+}
+
+func newHoldings(dir string, log *slog.Logger) *holdings {
+	return &holdings{
+		dir:   dir,
+		log:   log,
+		blobs: make(map[rafs.Digest]map[uint32]rafs.Digest),
+		dirty: make(map[rafs.Digest]struct{}),
+	}
+}
+
+// load reads every holdings file under dir. A file that fails its checks
+// is deleted with a warning; only failing to list dir is an error.
+func (h *holdings) load() error {
+	if h.dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(h.dir, 0o700); err != nil {
+		return fmt.Errorf("holdings dir: %w", err)
+	}
+	ents, err := os.ReadDir(h.dir)
+	if err != nil {
+		return fmt.Errorf("holdings dir: %w", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	loaded := 0
+	for _, e := range ents {
+		name := e.Name()
+		raw, err := hex.DecodeString(name)
+		if err != nil || len(raw) != len(rafs.Digest{}) || !e.Type().IsRegular() {
+			continue // temp files and strangers
+		}
+		if loaded == maxHoldingFiles {
+			h.log.Warn("too many holdings files; ignoring the rest", "dir", h.dir, "limit", maxHoldingFiles)
+			break
+		}
+		blob := rafs.Digest(raw)
+		p := filepath.Join(h.dir, name)
+		hs, err := readHoldings(p, blob)
+		if err != nil {
+			h.log.Warn("ignoring holdings file", "path", p, "err", err)
+			_ = os.Remove(p)
+			continue
+		}
+		loaded++
+		m := make(map[uint32]rafs.Digest, len(hs))
+		for _, x := range hs {
+			m[x.Ordinal] = x.Digest
+		}
+		if len(m) > 0 {
+			h.blobs[blob] = m
+		}
+	}
+	return nil
+}
+
+func readHoldings(p string, blob rafs.Digest) ([]holding, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if max := int64(holdingsHeader + holdingsEntry*MaxHoldingsPerBlob + 4); st.Size() > max {
+		return nil, fmt.Errorf("%w: %d bytes is over the limit of %d", errHoldingsCorrupt, st.Size(), max)
+	}
+	b := make([]byte, st.Size())
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, err
+	}
+	return decodeHoldings(blob, b)
+}
+
+// add records that the node holds chunk ordinal (digest d) of blob and
+// reports whether that is news.
+func (h *holdings) add(blob rafs.Digest, ordinal uint32, d rafs.Digest) bool {
+	if ordinal >= MaxHoldingsPerBlob {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.blobs[blob]
+	if m == nil {
+		m = make(map[uint32]rafs.Digest)
+		h.blobs[blob] = m
+	}
+	if old, ok := m[ordinal]; ok && old == d {
+		return false
+	}
+	m[ordinal] = d
+	h.dirty[blob] = struct{}{}
+	return true
+}
+
+// remove forgets chunks of blob.
+func (h *holdings) remove(blob rafs.Digest, ordinals []uint32) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.blobs[blob]
+	for _, o := range ordinals {
+		delete(m, o)
+	}
+	if len(m) == 0 {
+		delete(h.blobs, blob)
+	}
+	h.dirty[blob] = struct{}{}
+}
+
+// snapshot returns every holding, by blob, ordinals ascending.
+func (h *holdings) snapshot() map[rafs.Digest][]holding {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[rafs.Digest][]holding, len(h.blobs))
+	for b, m := range h.blobs {
+		out[b] = sortedHoldings(m)
+	}
+	return out
+}
+
+func sortedHoldings(m map[uint32]rafs.Digest) []holding {
+	hs := make([]holding, 0, len(m))
+	for o, d := range m {
+		hs = append(hs, holding{o, d})
+	}
+	slices.SortFunc(hs, func(a, b holding) int { return cmp.Compare(a.Ordinal, b.Ordinal) })
+	return hs
+}
+
+// check drops every holding whose chunk has does not find, and returns
+// what it dropped, by blob.
+func (h *holdings) check(has func(rafs.Digest) bool) map[rafs.Digest][]uint32 {
+	snap := h.snapshot()
+	gone := make(map[rafs.Digest][]uint32)
+	for b, hs := range snap {
+		for _, x := range hs {
+			if !has(x.Digest) {
+				gone[b] = append(gone[b], x.Ordinal)
+			}
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for b, ords := range gone {
+		m := h.blobs[b]
+		for _, o := range ords {
+			if d, ok := m[o]; ok && !has(d) {
+				delete(m, o)
+			}
+		}
+		if len(m) == 0 {
+			delete(h.blobs, b)
+		}
+		h.dirty[b] = struct{}{}
+	}
+	return gone
+}
+
+// flush writes the files of blobs changed since the last flush.
+func (h *holdings) flush() error {
+	if h.dir == "" {
+		return nil
+	}
+	h.mu.Lock()
+	type job struct {
+		blob rafs.Digest
+		hs   []holding
+	}
+	var jobs []job
+	for b := range h.dirty {
+		jobs = append(jobs, job{b, sortedHoldings(h.blobs[b])})
+	}
+	clear(h.dirty)
+	h.mu.Unlock()
+	var errs []error
+	for _, j := range jobs {
+		if err := h.write(j.blob, j.hs); err != nil {
+			errs = append(errs, err)
+			h.mu.Lock()
+			h.dirty[j.blob] = struct{}{} // try again next time
+			h.mu.Unlock()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (h *holdings) write(blob rafs.Digest, hs []holding) error {
+	p := filepath.Join(h.dir, hex.EncodeToString(blob[:]))
+	if len(hs) == 0 {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove holdings of %s: %w", blob, err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(h.dir, 0o700); err != nil {
+		return fmt.Errorf("holdings dir: %w", err)
+	}
+	f, err := os.CreateTemp(h.dir, ".tmp-")
+	if err != nil {
+		return fmt.Errorf("write holdings of %s: %w", blob, err)
+	}
+	_, err = f.Write(encodeHoldings(blob, hs))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return fmt.Errorf("write holdings of %s: %w", blob, err)
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package peer
+
+import (
+	"crypto/sha256"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"damselfly/rafs"
+)
+
+func TestHoldingsRoundTrip(t *testing.T) {
+	blob := rafs.Digest(sha256.Sum256([]byte("blob")))
+	hs := []holding{{0, sha256.Sum256([]byte("a"))}, {7, sha256.Sum256([]byte("b"))}, {1 << 19, sha256.Sum256([]byte("c"))}}
+	b := encodeHoldings(blob, hs)
+	got, err := decodeHoldings(blob, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, hs) {
+		t.Errorf("got %v, want %v", got, hs)
+	}
+	other := rafs.Digest(sha256.Sum256([]byte("other")))
+	for name, bad := range map[string][]byte{
+		"short":       b[:20],
+		"other blob":  encodeHoldings(other, hs),
+		"flipped bit": append(slices.Clone(b[:len(b)-5]), b[len(b)-5]^1, b[len(b)-4], b[len(b)-3], b[len(b)-2], b[len(b)-1]),
+		"truncated":   b[:len(b)-1],
+		"unordered":   encodeHoldings(blob, []holding{hs[1], hs[0]}),
+	} {
+		if _, err := decodeHoldings(blob, bad); err == nil {
+			t.Errorf("%s: decoded, want an error", name)
+		}
+	}
+}
+
+func FuzzDecodeHoldings(f *testing.F) {
+	blob := rafs.Digest(sha256.Sum256([]byte("blob")))
+	f.Add(encodeHoldings(blob, nil))
+	f.Add(encodeHoldings(blob, []holding{{1, blob}, {2, blob}}))
+	f.Add([]byte(holdingsMagic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		hs, err := decodeHoldings(blob, b)
+		if err != nil {
+			return
+		}
+		if again := encodeHoldings(blob, hs); string(again) != string(b) {
+			t.Fatal("decoded file does not encode back to itself")
+		}
+	})
+}
+
+func TestHoldingsPersistedAndReannounced(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	st, key := newScheduler(t), clusterKey(t)
+	hdir := filepath.Join(t.TempDir(), "holdings")
+	fast := func(c *NodeConfig) {
+		c.HoldingsDir = hdir
+		c.HoldingsCheckInterval = 20 * time.Millisecond
+		c.HoldingsFlushInterval = 20 * time.Millisecond
+	}
+	a := newNode(t, key, st, nodeOpts{cfg: fast})
+	if err := readAll(testCtx(t), a.Node, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatal(err)
+	}
+	a.stop()
+	if _, err := os.Stat(filepath.Join(hdir, hexOf(img.blob))); err != nil {
+		t.Fatalf("holdings not written: %v", err)
+	}
+	// A corrupt file of another blob is ignored.
+	stranger := rafs.Digest(sha256.Sum256([]byte("stranger")))
+	if err := os.WriteFile(filepath.Join(hdir, hexOf(stranger)), []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restart over the same cache with a fresh scheduler: the node
+	// announces what it holds.
+	a.router = newRouter(t, newScheduler(t), a.h)
+	a.start(t, fast)
+	all := make([]uint32, len(img.chunks))
+	for i, c := range img.chunks {
+		all[i] = c.Ordinal
+	}
+	waitFor(t, "holdings announced", func() bool {
+		ann, _, _ := a.router.snapshot()
+		got := slices.Sorted(slices.Values(ann[img.blob]))
+		return slices.Equal(slices.Compact(got), all)
+	})
+	if _, err := os.Stat(filepath.Join(hdir, hexOf(stranger))); err == nil {
+		t.Error("corrupt holdings file left in place")
+	}
+
+	// Evict two chunks by hand: the node drops them.
+	gone := []uint32{img.chunks[1].Ordinal, img.chunks[4].Ordinal}
+	for _, i := range []int{1, 4} {
+		if err := a.cache.Remove(img.chunks[i].Digest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "evicted chunks dropped", func() bool {
+		_, dropped, _ := a.router.snapshot()
+		return slices.Equal(slices.Sorted(slices.Values(dropped[img.blob])), gone)
+	})
+	waitFor(t, "holdings file rewritten", func() bool {
+		hs, err := readHoldings(filepath.Join(hdir, hexOf(img.blob)), img.blob)
+		return err == nil && len(hs) == len(img.chunks)-2
+	})
+}

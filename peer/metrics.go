@@ -1,0 +1,128 @@
+package peer
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Sources a chunk is delivered from, as metric labels and Stats fields.
+const (
+	sourceCache  = "cache"
+	sourcePeer   = "peer"
+	sourceOrigin = "origin"
+)
+
+// Stats counts a Node's work since it started.
+type Stats struct {
+	CacheBytes, PeerBytes, OriginBytes    int64 // stored bytes delivered, by source
+	CacheChunks, PeerChunks, OriginChunks int64 // chunks delivered, by source
+	OriginRequests                        int64 // ranged GETs sent to the origin
+	OriginFetched                         int64 // bytes those returned
+	Failures                              int64 // ReadChunks calls that failed
+	BadPeers                              int64 // peers reported for bad bytes
+	Collapsed                             int64 // chunk misses that joined another read's fetch
+}
+
+// metrics holds a Node's counters: atomics for Stats and Prometheus
+// collectors for the daemon's /metrics.
+type metrics struct {
+	bytes, chunks     [3]atomic.Int64 // by source index
+	originRequests    atomic.Int64
+	originFetched     atomic.Int64
+	failures          atomic.Int64
+	badPeers          atomic.Int64
+	collapsed         atomic.Int64
+	promBytes         *prometheus.CounterVec
+	promChunks        *prometheus.CounterVec
+	promOriginReqs    prometheus.Counter
+	promOriginFetched prometheus.Counter
+	promFailures      prometheus.Counter
+	promBadPeers      prometheus.Counter
+}
+
+var sourceNames = [3]string{sourceCache, sourcePeer, sourceOrigin}
+
+func sourceIndex(s string) int {
+	for i, n := range sourceNames {
+		if n == s {
+			return i
+		}
+	}
+	return 0
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		promBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "damselfly_peer_chunk_bytes_total",
+			Help: "Stored chunk bytes delivered to readers, by source (cache, peer, origin).",
+		}, []string{"source"}),
+		promChunks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "damselfly_peer_chunks_total",
+			Help: "Chunks delivered to readers, by source (cache, peer, origin).",
+		}, []string{"source"}),
+		promOriginReqs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "damselfly_peer_origin_requests_total",
+			Help: "Ranged GETs sent to the origin registry.",
+		}),
+		promOriginFetched: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "damselfly_peer_origin_bytes_total",
+			Help: "Bytes received from the origin registry.",
+		}),
+		promFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "damselfly_peer_read_failures_total",
+			Help: "Chunk reads that failed.",
+		}),
+		promBadPeers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "damselfly_peer_bad_peer_reports_total",
+			Help: "Peers reported for sending bad bytes or breaking the protocol.",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.promBytes, m.promChunks, m.promOriginReqs,
+			m.promOriginFetched, m.promFailures, m.promBadPeers} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) delivered(source string, n int) {
+	i := sourceIndex(source)
+	m.bytes[i].Add(int64(n))
+	m.chunks[i].Add(1)
+	m.promBytes.WithLabelValues(source).Add(float64(n))
+	m.promChunks.WithLabelValues(source).Inc()
+}
+
+func (m *metrics) originRequest(n int) {
+	m.originRequests.Add(1)
+	m.originFetched.Add(int64(n))
+	m.promOriginReqs.Inc()
+	m.promOriginFetched.Add(float64(n))
+}
+
+func (m *metrics) failure() {
+	m.failures.Add(1)
+	m.promFailures.Inc()
+}
+
+func (m *metrics) badPeer() {
+	m.badPeers.Add(1)
+	m.promBadPeers.Inc()
+}
+
+func (m *metrics) stats() Stats {
+	return Stats{
+		CacheBytes: m.bytes[0].Load(), PeerBytes: m.bytes[1].Load(), OriginBytes: m.bytes[2].Load(),
+		CacheChunks: m.chunks[0].Load(), PeerChunks: m.chunks[1].Load(), OriginChunks: m.chunks[2].Load(),
+		OriginRequests: m.originRequests.Load(),
+		OriginFetched:  m.originFetched.Load(),
+		Failures:       m.failures.Load(),
+		BadPeers:       m.badPeers.Load(),
+		Collapsed:      m.collapsed.Load(),
+	}
+}

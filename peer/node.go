@@ -1,0 +1,201 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	lpeer "github.com/libp2p/go-libp2p/core/peer"
+
+	"damselfly/peer/cache"
+	"damselfly/proxy"
+	"damselfly/proxy/upstream"
+	"damselfly/rafs"
+)
+
+// Origin reads byte ranges of blobs from the origin registry; the
+// upstream client (proxy/upstream) is one.
+type Origin interface {
+	// ReadRange fills p with the bytes of blob from offset off, as ref
+	// says where to find it. It fails unless p is filled whole. Safe for
+	// concurrent use.
+	ReadRange(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, p []byte) error
+}
+
+// ErrClosed is returned by reads of a Node that was closed.
+var ErrClosed = errors.New("peer: node closed")
+
+// Node is the peer's chunk source: it serves chunks from the node cache,
+// other peers (as the Router names them) and the origin, in that order,
+// verifying, caching and announcing every chunk it fetches. It implements
+// proxy.ChunkSource.
+type Node struct {
+	cfg       NodeConfig
+	h         host.Host
+	cache     *cache.Cache
+	router    Router
+	origin    Origin
+	transient func(error) bool
+	log       *slog.Logger
+	m         *metrics
+	hold      *holdings
+	recent    *recent
+
+	life context.Context // done when the node is closed
+	stop context.CancelFunc
+	wg   sync.WaitGroup // fetch goroutines
+
+	mu      sync.Mutex
+	flights map[rafs.Digest]*flight
+	avoid   map[lpeer.ID]time.Time
+	closed  bool
+}
+
+var _ proxy.ChunkSource = (*Node)(nil)
+
+// NewNode returns a Node that fetches over h and keeps chunks in c. r may
+// be nil: the node then uses no scheduler and goes to peers it learnt of
+// (none) and the origin. The origin's errors are retried while
+// upstream.IsTransient says they are transient. log may be nil. It loads
+// the holdings under cfg.HoldingsDir; Run announces them.
+func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r Router, origin Origin, log *slog.Logger) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("peer node config: %w", err)
+	}
+	if h == nil || c == nil || origin == nil {
+		return nil, errors.New("peer node: host, cache and origin are required")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if r == nil {
+		r = noRouter{}
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("peer node metrics: %w", err)
+	}
+	hold := newHoldings(cfg.HoldingsDir, log)
+	if err := hold.load(); err != nil {
+		return nil, err
+	}
+	life, stop := context.WithCancel(context.Background())
+	return &Node{
+		cfg: cfg, h: h, cache: c, router: r, origin: origin,
+		transient: upstream.IsTransient,
+		log:       log, m: m, hold: hold, recent: newRecent(),
+		life: life, stop: stop,
+		flights: make(map[rafs.Digest]*flight),
+		avoid:   make(map[lpeer.ID]time.Time),
+	}, nil
+}
+
+// Run announces the chunks the node still holds from before, then keeps
+// the holdings in line with the cache: every HoldingsCheckInterval it
+// drops (and tells the Router of) chunks that were evicted, and it writes
+// changed holdings to HoldingsDir. It returns nil when ctx is done or the
+// node is closed, after a last write.
+func (n *Node) Run(ctx context.Context) error {
+	n.checkHoldings(true)
+	check := time.NewTicker(n.cfg.HoldingsCheckInterval)
+	defer check.Stop()
+	flush := time.NewTicker(n.cfg.HoldingsFlushInterval)
+	defer flush.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return n.flushHoldings()
+		case <-n.life.Done():
+			return n.flushHoldings()
+		case <-check.C:
+			n.checkHoldings(false)
+		case <-flush.C:
+			_ = n.flushHoldings()
+		}
+	}
+}
+
+// checkHoldings drops evicted chunks from the holdings and tells the
+// Router; with announce it also announces everything still held.
+func (n *Node) checkHoldings(announce bool) {
+	for blob, ords := range n.hold.check(n.cache.Has) {
+		n.router.Drop(blob, ords)
+	}
+	if !announce {
+		return
+	}
+	for blob, hs := range n.hold.snapshot() {
+		ords := make([]uint32, len(hs))
+		for i, h := range hs {
+			ords[i] = h.Ordinal
+		}
+		n.router.Announce(blob, ords)
+	}
+}
+
+func (n *Node) flushHoldings() error {
+	if err := n.hold.flush(); err != nil {
+		n.log.Warn("writing holdings", "err", err)
+		return err
+	}
+	return nil
+}
+
+// Close cancels the fetches in progress, waits for them to end and writes
+// the holdings. Reads after Close fail with ErrClosed. It is idempotent.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	n.stop()
+	n.wg.Wait()
+	return n.flushHoldings()
+}
+
+// Stats returns the node's counters. Safe for concurrent use.
+func (n *Node) Stats() Stats { return n.m.stats() }
+
+// avoided reports whether this node avoids p for having sent bad bytes.
+func (n *Node) avoided(p lpeer.ID) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	until, ok := n.avoid[p]
+	if ok && time.Now().After(until) {
+		delete(n.avoid, p)
+		return false
+	}
+	return ok
+}
+
+// avoidPeer stops this node asking p for AvoidDuration.
+func (n *Node) avoidPeer(p lpeer.ID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	const maxAvoided = 4096
+	if len(n.avoid) >= maxAvoided {
+		now := time.Now()
+		for id, until := range n.avoid {
+			if now.After(until) {
+				delete(n.avoid, id)
+			}
+		}
+	}
+	if len(n.avoid) < maxAvoided {
+		n.avoid[p] = time.Now().Add(n.cfg.AvoidDuration)
+	}
+}
+
+// noRouter is the Router of a node without a scheduler.
+type noRouter struct{}
+
+func (noRouter) Route(context.Context, rafs.Digest, []uint32) (Route, error) {
+	return Route{}, fmt.Errorf("no scheduler configured: %w", ErrNoRoute)
+}
+func (noRouter) Announce(rafs.Digest, []uint32) {}
+func (noRouter) Drop(rafs.Digest, []uint32)     {}
+func (noRouter) Abandon(rafs.Digest, []uint32)  {}
+func (noRouter) Report(lpeer.ID, Outcome)       {}

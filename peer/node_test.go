@@ -1,0 +1,326 @@
+package peer
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"damselfly/proxy"
+	"damselfly/rafs"
+)
+
+func TestPeerServesWhatAnotherRead(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{})
+	b := newNode(t, key, st, nodeOpts{})
+	ctx := testCtx(t)
+
+	if err := readAll(ctx, a.Node, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	if got, want := o.bytes.Load(), storedBytes(img.chunks); got != want {
+		t.Fatalf("origin sent %d bytes for A, want %d (each chunk once)", got, want)
+	}
+	before := o.bytes.Load()
+	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	if got := o.bytes.Load() - before; got != 0 {
+		t.Errorf("origin sent %d bytes for B, want 0", got)
+	}
+	s := b.Stats()
+	if s.PeerBytes != storedBytes(img.chunks) || s.OriginBytes != 0 {
+		t.Errorf("B stats %+v: want all %d bytes from peers", s, storedBytes(img.chunks))
+	}
+	// A third read on B comes from its cache.
+	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatalf("B again: %v", err)
+	}
+	if s := b.Stats(); s.CacheChunks != int64(len(img.chunks)) {
+		t.Errorf("B cache chunks %d, want %d", s.CacheChunks, len(img.chunks))
+	}
+	_, _, reports := b.router.snapshot()
+	if len(reports) == 0 {
+		t.Error("B reported no outcome")
+	}
+	for _, r := range reports {
+		if !r.OK || r.BadBytes {
+			t.Errorf("report %+v, want OK", r)
+		}
+	}
+}
+
+func TestOriginDownPeerHolds(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{})
+	b := newNode(t, key, st, nodeOpts{})
+	ctx := testCtx(t)
+	if err := readAll(ctx, a.Node, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	o.down.Store(true)
+	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatalf("B with the origin down: %v", err)
+	}
+}
+
+func TestOriginDownNobodyHolds(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	o.down.Store(true)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{cfg: func(c *NodeConfig) { c.FetchDeadline = 500 * time.Millisecond }})
+	err := readAll(testCtx(t), a.Node, o.ref(), img.blob, img.chunks[2:5])
+	var ce *proxy.ChunkError
+	if !errors.As(err, &ce) {
+		t.Fatalf("got %v, want a *proxy.ChunkError", err)
+	}
+	if ce.Index != 0 || !ce.Transient {
+		t.Errorf("got %+v, want index 0, transient", ce)
+	}
+	if !strings.Contains(ce.Error(), "503") {
+		t.Errorf("error %q does not give the origin's answer", ce)
+	}
+	if s := a.Stats(); s.Failures == 0 {
+		t.Error("failure not counted")
+	}
+}
+
+func TestOriginPermanentErrorFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	o.code.Store(http.StatusNotFound)
+	o.down.Store(true)
+	st, key := newScheduler(t), clusterKey(t)
+	// A deadline no test waits for: only a permanent error ends this read.
+	a := newNode(t, key, st, nodeOpts{cfg: func(c *NodeConfig) { c.FetchDeadline = time.Hour }})
+	err := readAll(testCtx(t), a.Node, o.ref(), img.blob, img.chunks[:3])
+	var ce *proxy.ChunkError
+	if !errors.As(err, &ce) || ce.Index != 0 || ce.Transient {
+		t.Fatalf("got %v, want a permanent ChunkError for chunk 0", err)
+	}
+}
+
+func TestRouterDownRecentParentsThenOrigin(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{})
+	b := newNode(t, key, st, nodeOpts{})
+	ctx := testCtx(t)
+	n := len(img.chunks)
+	if err := readAll(ctx, a.Node, o.ref(), img.blob, img.chunks[:3*n/4]); err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	// B learns from the scheduler that A holds chunks of the blob.
+	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks[:n/4]); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	b.router.down.Store(true)
+	before, peerBefore := o.bytes.Load(), b.Stats().PeerBytes
+	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks[n/4:]); err != nil {
+		t.Fatalf("B with the router down: %v", err)
+	}
+	if got, want := o.bytes.Load()-before, storedBytes(img.chunks[3*n/4:]); got != want {
+		t.Errorf("origin sent %d bytes, want %d (only what A does not hold)", got, want)
+	}
+	if got, want := b.Stats().PeerBytes-peerBefore, storedBytes(img.chunks[n/4:3*n/4]); got != want {
+		t.Errorf("peers sent %d bytes, want %d", got, want)
+	}
+}
+
+func TestNoRouter(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{})
+	nd, err := NewNode(testConfig(), a.h, a.cache, nil, httpOrigin{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nd.Close()
+	if err := readAll(testCtx(t), nd, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadPeerReportedAndAvoided(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{noVerify: true})
+	b := newNode(t, key, st, nodeOpts{})
+	ctx := testCtx(t)
+	if err := readAll(ctx, a.Node, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	// Corrupt A's copy of chunk k: same digest and sizes, wrong bytes.
+	k := len(img.chunks) / 2
+	bad := img.chunks[k]
+	meta, stored, err := a.cache.Get(bad.Digest, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cache.Remove(bad.Digest); err != nil {
+		t.Fatal(err)
+	}
+	stored = slices.Clone(stored)
+	for i := range stored {
+		stored[i] ^= 0x5a
+	}
+	if err := a.cache.Put(bad.Digest, meta, stored); err != nil {
+		t.Fatal(err)
+	}
+	before := o.bytes.Load()
+	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	if s := b.Stats(); s.BadPeers != 1 {
+		t.Errorf("B reported %d bad peers, want 1", s.BadPeers)
+	}
+	if o.bytes.Load() == before {
+		t.Error("the corrupt chunk did not come from the origin")
+	}
+	_, _, reports := b.router.snapshot()
+	found := false
+	for _, r := range reports {
+		if r.BadBytes && r.BadChunk == bad.Ordinal {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("reports %+v: none accuses chunk %d", reports, bad.Ordinal)
+	}
+	if !b.avoided(a.h.ID()) {
+		t.Error("B still asks A")
+	}
+}
+
+func TestConcurrentReadersOneFetch(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{})
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cs := img.chunks
+			if i%2 == 1 {
+				cs = cs[1:] // a batch that differs but overlaps
+			}
+			errs <- readAll(ctx, a.Node, o.ref(), img.blob, cs)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if got, want := o.bytes.Load(), storedBytes(img.chunks); got != want {
+		t.Errorf("origin sent %d bytes, want %d (each chunk once)", got, want)
+	}
+}
+
+func TestReaderLeavingCancelsOnlyWhenAlone(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	o.down.Store(true)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{cfg: func(c *NodeConfig) { c.FetchDeadline = time.Hour }})
+	ctx := testCtx(t)
+	// Reader 1 waits for chunk 0 and leaves; reader 2 stays and gets it
+	// when the origin comes back.
+	short, cancel := contextWithCancel(ctx)
+	done1 := make(chan error, 1)
+	go func() { done1 <- readAll(short, a.Node, o.ref(), img.blob, img.chunks[:1]) }()
+	waitFor(t, "reader 1 to ask the origin", func() bool { return o.reqs.Load() > 0 })
+	done2 := make(chan error, 1)
+	go func() { done2 <- readAll(ctx, a.Node, o.ref(), img.blob, img.chunks[:1]) }()
+	waitFor(t, "reader 2 to join", func() bool { return a.Stats().Collapsed > 0 })
+	cancel()
+	if err := <-done1; !errors.Is(err, errCanceled) {
+		t.Errorf("reader 1: got %v, want cancelled", err)
+	}
+	o.down.Store(false)
+	if err := <-done2; err != nil {
+		t.Errorf("reader 2: %v", err)
+	}
+}
+
+func TestBadRequestChunk(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{})
+	cs := slices.Clone(img.chunks[:2])
+	cs[1].Size = rafs.MaxChunkSize + 1
+	err := readAll(testCtx(t), a.Node, o.ref(), img.blob, cs)
+	var ce *proxy.ChunkError
+	if !errors.As(err, &ce) || ce.Index != 1 || ce.Transient {
+		t.Fatalf("got %v, want a permanent ChunkError for chunk 1", err)
+	}
+}
+
+func TestTwoNodesAtOnceOriginOnce(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{})
+	b := newNode(t, key, st, nodeOpts{})
+	ctx := testCtx(t)
+	errs := make(chan error, 2)
+	for _, n := range []*node{a, b} {
+		go func() { errs <- readAll(ctx, n.Node, o.ref(), img.blob, img.chunks) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The scheduler gives one peer the origin turn; the other waits and
+	// then fetches from it.
+	if got, want := o.bytes.Load(), storedBytes(img.chunks); got != want {
+		t.Errorf("origin sent %d bytes, want %d (each chunk once)", got, want)
+	}
+}
+
+func TestReadAfterClose(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{})
+	a.stop()
+	err := readAll(testCtx(t), a.Node, o.ref(), img.blob, img.chunks[:2])
+	if !errors.Is(err, ErrClosed) {
+		t.Fatalf("got %v, want ErrClosed", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
