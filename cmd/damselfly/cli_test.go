@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"damselfly/rafs"
 	"damselfly/rafs/convert"
 	"damselfly/rafs/image"
+	"damselfly/rafs/rafstest"
 )
 
 // inspectJSON is what `inspect --json` prints.
@@ -391,15 +393,42 @@ func TestCLIErrors(t *testing.T) {
 	}
 }
 
-// TestCLIDemo runs the walk-through of the README.
+// TestCLIDemo runs the README's main command: with FUSE (this test runs
+// as root, as CI does) and through the library view. It must end with
+// "demo: OK", show node 2 reading nothing from the registry, and leave no
+// file, mount or process behind.
 func TestCLIDemo(t *testing.T) {
-	t.Parallel()
-	tmp := t.TempDir()
-	r := mustRun(t, []string{"TMPDIR=" + tmp}, "demo")
-	if !strings.Contains(r.stdout, "\ndemo: OK\n") {
-		t.Errorf("demo output: got\n%s\nwant it to end with demo: OK", r.stdout)
-	}
-	if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
-		t.Errorf("demo left %d entries (%v) in its temporary directory, want none", len(ents), err)
+	rafstest.RequireRoot(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"fuse", []string{"demo", "--scale", "0.2"}, "mounting the image"},
+		{"library", []string{"demo", "--scale", "0.2", "--no-fuse"}, "reading through the library view"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			r := mustRun(t, []string{"TMPDIR=" + tmp}, tc.args...)
+			if !strings.HasSuffix(r.stdout, "\ndemo: OK\n") {
+				t.Errorf("demo output: got\n%s\nwant it to end with demo: OK", r.stdout)
+			}
+			if !strings.Contains(r.stdout, tc.want) {
+				t.Errorf("demo output does not say %q:\n%s", tc.want, r.stdout)
+			}
+			// The report's node2 row: name, mount-ready, read, node
+			// cache, peers, registry, hit ratio.
+			row := regexp.MustCompile(`(?m)^    node2 .*$`).FindString(r.stdout)
+			cols := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(row), -1)
+			if len(cols) < 7 || cols[4] == "0 B" || cols[5] != "0 B" {
+				t.Errorf("demo report: node2's row %q: want bytes from peers and 0 B from the registry", row)
+			}
+			if ents, err := os.ReadDir(tmp); err != nil || len(ents) != 0 {
+				t.Errorf("demo left %d entries (%v) in its temporary directory, want none", len(ents), err)
+			}
+			if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(mi), tmp) {
+				t.Errorf("demo left a mount under %s", tmp)
+			}
+		})
 	}
 }
