@@ -1,0 +1,301 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"damselfly/fusemount"
+	"damselfly/peer/host"
+	"damselfly/rafs/rafstest"
+)
+
+// cluster is a registry, a scheduler and nodes, all real processes.
+type cluster struct {
+	t     *testing.T
+	dir   string
+	reg   *registry
+	key   string // the cluster key file every daemon uses
+	sched *scheduler
+	nodes []*node
+}
+
+// newCluster starts a registry and a scheduler. It needs root and FUSE
+// (the nodes mount), docker-registry and umoci.
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	rafstest.RequireRoot(t)
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		rafstest.SkipOrFail(t, "needs /dev/fuse")
+	}
+	rafstest.RequireTool(t, "umoci")
+	c := &cluster{t: t, dir: t.TempDir()}
+	c.reg = startRegistry(t)
+	c.key = filepath.Join(c.dir, "cluster.key")
+	if err := host.CreateClusterKeyFile(c.key); err != nil {
+		t.Fatal(err)
+	}
+	c.sched = c.startScheduler()
+	return c
+}
+
+// scheduler is the scheduler process. It listens on a fixed port picked
+// at the start, so that a restart comes back at the address peers know.
+type scheduler struct {
+	c      *cluster
+	config string
+	p      *proc
+	addr   string // multiaddr with /p2p/ID
+	admin  string // admin API base URL
+	n      int
+}
+
+func (c *cluster) startScheduler() *scheduler {
+	c.t.Helper()
+	dir := filepath.Join(c.dir, "scheduler")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		c.t.Fatal(err)
+	}
+	s := &scheduler{c: c, config: filepath.Join(dir, "scheduler.yaml")}
+	cfg := fmt.Sprintf(`host:
+  identity_file: %s
+  listen_addrs: ["/ip4/127.0.0.1/tcp/%d"]
+  cluster_key_file: %s
+admin:
+  listen: 127.0.0.1:0
+state:
+  peer_ttl: 3s
+  ban_quorum: 1
+  origin_timeout: 5s
+  wait_retry: 200ms
+expire_interval: 200ms
+`, filepath.Join(dir, "identity.key"), freePort(c.t), c.key)
+	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	s.start()
+	return s
+}
+
+func (s *scheduler) start() {
+	s.c.t.Helper()
+	s.n++
+	s.p = start(s.c.t, fmt.Sprintf("scheduler-%d", s.n), "--config", s.config, "--dir", filepath.Dir(s.config), "scheduler")
+	s.addr = s.p.waitLine("listening ", 30*time.Second)
+	s.admin = s.p.waitLine("admin ", 10*time.Second)
+}
+
+// restart kills the scheduler (no clean shutdown) and starts it again
+// with empty state at the same address.
+func (s *scheduler) restart() {
+	s.p.kill()
+	s.start()
+}
+
+// bans lists the peer IDs the scheduler has banned.
+func (s *scheduler) bans() []string {
+	s.c.t.Helper()
+	var views []struct {
+		Peer string `json:"peer"`
+	}
+	getJSON(s.c.t, s.admin+"/api/v1/bans", &views)
+	var ids []string
+	for _, v := range views {
+		ids = append(ids, v.Peer)
+	}
+	return ids
+}
+
+func getJSON(t testing.TB, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// node is one machine: a peer daemon with its state and node cache, and
+// a gate to the registry through which everything on it reaches the
+// registry.
+type node struct {
+	c     *cluster
+	name  string
+	dir   string
+	cache string
+	gate  *gate
+	p     *proc
+	proxy string // the peer's proxy base URL
+	id    string // the peer's libp2p ID
+	extra string // more peer configuration (YAML), for a scenario
+	// capacity is the node cache's capacity in bytes, for the peer and
+	// the mounts alike; 0 is unlimited.
+	capacity int64
+}
+
+// addNode starts a node's peer daemon; extra is appended to its
+// configuration file.
+func (c *cluster) addNode(name, extra string) *node {
+	c.t.Helper()
+	return c.addNodeWithCache(name, extra, 0)
+}
+
+// addNodeWithCache is addNode with a node cache of capacity bytes.
+func (c *cluster) addNodeWithCache(name, extra string, capacity int64) *node {
+	c.t.Helper()
+	n := &node{c: c, name: name, dir: filepath.Join(c.dir, name), extra: extra, capacity: capacity}
+	n.cache = filepath.Join(n.dir, "cache")
+	n.gate = startGate(c.t, c.reg.host)
+	n.startPeer()
+	c.nodes = append(c.nodes, n)
+	return n
+}
+
+func (n *node) startPeer() {
+	n.c.t.Helper()
+	cfg := fmt.Sprintf(`dir: %s
+host:
+  listen_addrs: ["/ip4/127.0.0.1/tcp/0"]
+  cluster_key_file: %s
+cache:
+  dir: %s
+  capacity: %d
+proxy:
+  listen: 127.0.0.1:0
+upstream:
+  default_registry: http://%s
+  retry_limit: 1
+scheduler:
+  schedulers: ["%s"]
+  heartbeat_interval: 250ms
+  route_timeout: 1s
+  request_timeout: 1s
+node:
+  fetch_deadline: 6s
+  route_timeout: 1s
+  parent_timeout: 5s
+  holdings_check_interval: 500ms
+labels:
+  host: %s
+%s`, n.dir, n.c.key, n.cache, n.capacity, n.gate.host, n.c.sched.addr, n.name, n.extra)
+	file := filepath.Join(n.c.dir, n.name+"-peer.yaml")
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		n.c.t.Fatal(err)
+	}
+	n.p = start(n.c.t, n.name+"-peer", "--config", file, "peer")
+	addr := n.p.waitLine("listening ", 30*time.Second)
+	n.id = addr[strings.LastIndex(addr, "/")+1:]
+	n.proxy = n.p.waitLine("proxy ", 10*time.Second)
+}
+
+// mount is a mount daemon process of a node.
+type mount struct {
+	n   *node
+	dir string
+	p   *proc
+}
+
+// mount starts `damselfly mount` of im on the node, through its peer,
+// and waits until the filesystem answers. extra is appended to the mount
+// configuration.
+func (n *node) mount(im *image, extra string) *mount {
+	n.c.t.Helper()
+	m := &mount{n: n, dir: filepath.Join(n.dir, fmt.Sprintf("mnt-%d", time.Now().UnixNano()))}
+	if err := os.MkdirAll(m.dir, 0o755); err != nil {
+		n.c.t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`backend:
+  type: registry
+  retry_limit: 2
+  deadline: 8s
+  proxy:
+    url: %s
+    ping_url: %s/healthz
+    fallback: true
+    check_interval: 500ms
+cache:
+  dir: %s
+  capacity: %d
+prefetch:
+  enable: false
+%s`, n.proxy, n.proxy, n.cache, n.capacity, extra)
+	file := m.dir + ".yaml"
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		n.c.t.Fatal(err)
+	}
+	m.p = start(n.c.t, n.name+"-mount", "--config", file, "mount", im.ref(n.gate.host, "rafs"), m.dir)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var sfs syscall.Statfs_t
+		if syscall.Statfs(m.dir, &sfs) == nil && sfs.Type == fuseSuperMagic {
+			break
+		}
+		if m.p.exited() {
+			n.c.t.Fatalf("%s mount exited: %v", n.name, m.p.err)
+		}
+		if time.Now().After(deadline) {
+			n.c.t.Fatalf("%s: mount did not come up", n.name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	n.c.t.Cleanup(m.unmount)
+	return m
+}
+
+// fuseSuperMagic is statfs's f_type of a FUSE filesystem.
+const fuseSuperMagic = 0x65735546
+
+// unmount unmounts and waits for the daemon to exit, which it must do on
+// its own when its mountpoint goes.
+func (m *mount) unmount() {
+	if m.p.exited() {
+		syscall.Unmount(m.dir, syscall.MNT_DETACH)
+		return
+	}
+	if err := fusemount.Unmount(m.dir); err != nil {
+		m.n.c.t.Errorf("unmount %s: %v", m.dir, err)
+		syscall.Unmount(m.dir, syscall.MNT_DETACH)
+	}
+	select {
+	case <-m.p.done:
+	case <-time.After(stopTimeout):
+		m.n.c.t.Errorf("mount daemon of %s did not exit after unmount", m.n.name)
+		m.p.kill()
+	}
+}
+
+// status asks the mount daemon for its counters.
+func (m *mount) status() *fusemount.Status {
+	m.n.c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := fusemount.QueryStatus(ctx, m.dir, "")
+	if err != nil {
+		m.n.c.t.Fatalf("status of %s: %v", m.dir, err)
+	}
+	return st
+}

@@ -1,0 +1,83 @@
+package cluster
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"damselfly/rafs"
+)
+
+// Scenario 3: the registry goes down while a job on node B reads files
+// node A has read: no read fails. A read of chunks nobody holds fails
+// only after the configured deadline, with EIO, and works again once the
+// registry is back.
+func TestRegistryOutage(t *testing.T) {
+	c := newCluster(t)
+	im := pushImage(t, c.reg, "sample", sampleImage(), rafs.MinChunkSize)
+	files := im.regularFiles(t, 0)
+	// The largest file is the one nobody reads before the outage: its
+	// first chunk holds only its own bytes.
+	var largest string
+	var size int64
+	for _, f := range files {
+		if st, err := os.Stat(filepath.Join(im.umoci, f)); err == nil && st.Size() > size {
+			largest, size = f, st.Size()
+		}
+	}
+	if size < 4*rafs.MinChunkSize {
+		t.Fatalf("largest file %s has %d bytes, want several chunks", largest, size)
+	}
+	read := slices.DeleteFunc(slices.Clone(files), func(f string) bool { return f == largest })
+
+	// No amplification and no readahead on A, so that A holds just what
+	// its reads needed.
+	a, b := c.addNode("a", ""), c.addNode("b", "")
+	ma := a.mount(im, "amplify_io: 65536\nreadahead_chunks: 0\n")
+	if failed := ma.readFiles(im, read); len(failed) > 0 {
+		t.Fatalf("node A: %d reads failed with the registry up: %v", len(failed), failed)
+	}
+	mb := b.mount(im, "")
+
+	c.reg.down()
+	start := time.Now()
+	failed := mb.readFiles(im, read)
+	t.Logf("measured: registry down: node B read %d files (%d failed) in %s", len(read), len(failed), time.Since(start).Round(time.Millisecond))
+	if len(failed) > 0 {
+		t.Fatalf("node B: %d of %d reads of files node A holds failed with the registry down: %v", len(failed), len(read), failed)
+	}
+
+	// Nobody holds the largest file: reading it fails, after the
+	// deadlines (the peer's fetch_deadline 6s, then the mount's 8s).
+	start = time.Now()
+	_, err := readHead(filepath.Join(mb.dir, largest))
+	elapsed := time.Since(start)
+	t.Logf("measured: read of unheld chunks with the registry down failed after %s: %v", elapsed.Round(time.Millisecond), err)
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read of %s with the registry down: got %v, want EIO", largest, err)
+	}
+	if elapsed < 7*time.Second {
+		t.Errorf("read failed after %s, before the mount's 8s deadline", elapsed)
+	}
+
+	c.reg.up()
+	start = time.Now()
+	if failed := mb.readFiles(im, []string{largest}); len(failed) > 0 {
+		t.Fatalf("after the registry came back: %v", failed)
+	}
+	t.Logf("measured: after the registry returned, %s read in %s", largest, time.Since(start).Round(time.Millisecond))
+}
+
+// readHead reads the first 4 KiB of a file.
+func readHead(path string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.Read(make([]byte, 4096))
+}
