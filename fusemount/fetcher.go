@@ -11,6 +11,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"damselfly/fusemount/backend"
 	"damselfly/peer/cache"
 	"damselfly/rafs"
 )
@@ -43,6 +44,71 @@ type ChunkBackend interface {
 		deliver func(i int, dc rafs.Chunk, stored []byte) error) (string, error)
 }
 
+// DecodedChunkBackend is a Backend that reads runs of chunks as
+// ChunkBackend does, and also says which of its sources delivered each
+// chunk and hands over the decoded bytes of chunks it verified itself on
+// their way into this process (the local peer's batch client does), so
+// that they are not decoded and hashed twice. The Fetcher prefers it,
+// found by type assertion, to ChunkBackend.
+type DecodedChunkBackend interface {
+	// ReadDecodedChunksFrom is ReadChunksFrom whose deliver also gets
+	// plain and src: src is the source that delivered chunk i; plain,
+	// when not nil, is its decoded content (dc.Size bytes) already
+	// checked against dc.Digest, valid only during the call. Chunks
+	// delivered with plain nil are unverified: deliver checks them.
+	ReadDecodedChunksFrom(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk,
+		deliver func(i int, dc rafs.Chunk, stored, plain []byte, src string) error) (string, error)
+}
+
+// SourceBackend labels chunks from a ChunkBackend that does not say
+// which of its sources delivered each one.
+const SourceBackend = "backend"
+
+// runsOf returns how the Fetcher reads chunk runs from be, nil if only
+// by byte range. The daemon's own adapter is recognised here, rather
+// than given the method, so that a wrapper embedding it and overriding
+// ReadChunksFrom still sees every run; its backend chain passes the
+// decoded bytes of chunks the local peer's client verified on.
+func runsOf(be Backend) DecodedChunkBackend {
+	switch be := be.(type) {
+	case DecodedChunkBackend:
+		return be
+	case *backendAdapter:
+		if be.local == nil {
+			return remoteRuns{be.remote}
+		}
+		return sourceRuns{be, SourceLocal}
+	case ChunkBackend:
+		return sourceRuns{be, SourceBackend}
+	}
+	return nil
+}
+
+// remoteRuns reads runs from the configured backend chain.
+type remoteRuns struct{ b *backend.Backend }
+
+func (r remoteRuns) ReadDecodedChunksFrom(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk,
+	deliver func(i int, dc rafs.Chunk, stored, plain []byte, src string) error) (string, error) {
+	src, err := r.b.ReadDecodedChunksFrom(ctx, blob, chunks, func(i int, c rafs.Chunk, stored, plain []byte, src backend.Source) error {
+		return deliver(i, c, stored, plain, string(src))
+	})
+	return string(src), err
+}
+
+// sourceRuns reads runs from a ChunkBackend, whose chunks come
+// unverified, labelling them src.
+type sourceRuns struct {
+	cb  ChunkBackend
+	src string
+}
+
+func (s sourceRuns) ReadDecodedChunksFrom(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk,
+	deliver func(i int, dc rafs.Chunk, stored, plain []byte, src string) error) (string, error) {
+	return s.cb.ReadChunksFrom(ctx, blob, chunks, func(i int, dc rafs.Chunk, stored []byte) error {
+		return deliver(i, dc, stored, nil, s.src)
+	})
+}
+
 // FetcherConfig tunes the read path.
 type FetcherConfig struct {
 	// AmplifyIO is the most bytes one backend request fetches: a miss
@@ -64,11 +130,13 @@ type FetcherConfig struct {
 // Fetcher is the mount's read path: memory, then the node cache, then the
 // backend, with every chunk verified before it is returned or cached.
 // Concurrent misses on one chunk cause one fetch; adjacent misses in a
-// blob are merged into one request. Safe for concurrent use.
+// blob are merged into one request, whose chunks are served as they
+// arrive. Safe for concurrent use.
 type Fetcher struct {
 	b       *rafs.Bootstrap
 	cache   *cache.Cache // nil: memory only
 	backend Backend
+	runs    DecodedChunkBackend // nil: the backend reads byte ranges only
 	cfg     FetcherConfig
 	log     *slog.Logger
 	mem     *lru.Cache[uint32, []byte]
@@ -81,6 +149,9 @@ type Fetcher struct {
 	bgCtx     context.Context
 	bgStop    context.CancelFunc
 	noSpaceAt atomic.Int64 // last time a full cache was logged (unix seconds)
+
+	mu     sync.Mutex
+	closed bool // no goroutine starts after Close
 }
 
 var _ ChunkReader = (*Fetcher)(nil)
@@ -105,12 +176,16 @@ func NewFetcher(b *rafs.Bootstrap, c *cache.Cache, be Backend, cfg FetcherConfig
 		m = NewMetrics()
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Fetcher{b: b, cache: c, backend: be, cfg: cfg, log: log, mem: mem, m: m,
+	return &Fetcher{b: b, cache: c, backend: be, runs: runsOf(be), cfg: cfg, log: log, mem: mem, m: m,
 		raSem: make(chan struct{}, 2), bgCtx: ctx, bgStop: stop}, nil
 }
 
-// Close stops background readahead and waits for it.
+// Close stops background work (readahead, the tails of runs) and waits
+// for it. Reads after Close fail.
 func (f *Fetcher) Close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
 	f.bgStop()
 	f.bg.Wait()
 }
@@ -146,173 +221,235 @@ const (
 	modePrefetch
 )
 
-// chunk returns the decoded bytes of c and where they came from.
+// chunk returns the decoded bytes of c and where they came from. A miss
+// joins the chunk's flight, or starts a run with c at its head and waits
+// only for c.
 func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) ([]byte, string, error) {
 	if data, ok := f.mem.Get(c.Index); ok {
 		return data, SourceMemory, nil
 	}
-	var src string
-	data, err := f.flights.do(ctx, c.Index, func(ctx context.Context) ([]byte, error) {
-		if data, ok := f.mem.Get(c.Index); ok {
-			src = SourceMemory
-			return data, nil
-		}
-		if f.cache != nil {
-			buf := make([]byte, c.Size)
-			err := f.cache.ReadChunk(c, buf)
-			if err == nil {
-				if mode != modePrefetch {
-					f.mem.Add(c.Index, buf)
-				}
-				src = SourceCache
-				f.m.cacheHits.Inc()
-				return buf, nil
-			}
-			if !errors.Is(err, cache.ErrNotFound) {
-				f.log.Warn("node cache read failed; fetching instead", "chunk", c.Digest.String(), "err", err)
-			}
-			f.m.cacheMisses.Inc()
-		}
-		if mode == modeDemand {
-			f.demand.Add(1)
-			defer f.demand.Add(-1)
-		}
-		data, s, err := f.fetch(ctx, c, mode != modePrefetch)
-		src = s
-		return data, err
-	})
-	if src == "" {
-		// Joined another caller's flight: it was a miss for them, a
+	fl, rctx, leader := f.flights.start(context.WithoutCancel(ctx), c.Index)
+	if leader && !f.launch(func() { f.fetchRun(rctx, fl, c, mode) }) {
+		fl.run.cancel()
+		f.flights.complete(fl, nil, "", errFetcherClosed)
+	}
+	data, src, err := f.flights.wait(ctx, fl)
+	if !leader {
+		// Joined a fetch another caller started: a miss for them, a
 		// shared fetch for us.
 		src = SourceShared
 	}
 	return data, src, err
 }
 
-// fetch reads c, and the missing chunks that follow it in its blob up to
-// AmplifyIO bytes, in one backend request; verifies each; caches them. A
-// backend that reads chunk runs (ChunkBackend) is asked for the chunks;
-// any other for their byte range.
-func (f *Fetcher) fetch(ctx context.Context, c rafs.Chunk, keep bool) ([]byte, string, error) {
+// errFetcherClosed fails reads that start after Close.
+var errFetcherClosed = errors.New("fusemount: read path closed")
+
+// launch runs fn on a goroutine that Close waits for; false after Close.
+func (f *Fetcher) launch(fn func()) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		fn()
+	}()
+	return true
+}
+
+// fetchRun is the goroutine of the run headed by c: memory and the node
+// cache again, else a backend request for c and the missing chunks after
+// it. It completes every flight of the run. Close cancels it.
+func (f *Fetcher) fetchRun(ctx context.Context, head *flight, c rafs.Chunk, mode fetchMode) {
+	stop := context.AfterFunc(f.bgCtx, head.run.cancel)
+	defer stop()
+	defer head.run.cancel()
+	if data, ok := f.mem.Get(c.Index); ok {
+		f.flights.complete(head, data, SourceMemory, nil)
+		return
+	}
+	if f.cache != nil {
+		buf := make([]byte, c.Size)
+		err := f.cache.ReadChunk(c, buf)
+		if err == nil {
+			if mode != modePrefetch {
+				f.mem.Add(c.Index, buf)
+			}
+			f.m.cacheHits.Inc()
+			f.flights.complete(head, buf, SourceCache, nil)
+			return
+		}
+		if !errors.Is(err, cache.ErrNotFound) {
+			f.log.Warn("node cache read failed; fetching instead", "chunk", c.Digest.String(), "err", err)
+		}
+		f.m.cacheMisses.Inc()
+	}
+	headDone := func() {}
+	if mode == modeDemand {
+		// Prefetch yields while a reader waits; the run's tail is
+		// background work.
+		f.demand.Add(1)
+		var once sync.Once
+		headDone = func() { once.Do(func() { f.demand.Add(-1) }) }
+		defer headDone()
+	}
 	blob, err := f.b.Blob(c.Blob)
 	if err != nil {
-		return nil, "", err
+		f.flights.complete(head, nil, "", err)
+		return
 	}
-	cb, batch := f.backend.(ChunkBackend)
-	run := f.plan(c)
-	var lastErr error
-	for attempt := 0; attempt < f.cfg.VerifyRetries; attempt++ {
-		if attempt > 0 {
-			run = run[:1] // retry only what the reader needs
-		}
-		var (
-			want []byte
-			src  string
-			err  error
-		)
-		if batch {
-			want, src, err = f.fetchChunks(ctx, cb, blob, run, keep, &lastErr)
-		} else {
-			want, src, err = f.fetchRange(ctx, blob, run, keep, &lastErr)
-		}
-		if want != nil {
-			return want, src, nil
-		}
-		if err != nil {
-			return nil, src, err
-		}
+	chunks := f.plan(c)
+	keys := make([]uint32, 0, len(chunks)-1)
+	for _, k := range chunks[1:] {
+		keys = append(keys, k.Index)
 	}
-	return nil, "", fmt.Errorf("chunk %s of blob %s failed verification %d times: %w", c.Digest, blob.Digest, f.cfg.VerifyRetries, lastErr)
+	fls := f.flights.extend(head.run, keys)
+	f.fetch(ctx, blob, chunks[:len(fls)], fls, mode != modePrefetch, headDone)
 }
 
-// fetchRange reads the byte range of run, whose first chunk the reader
-// wants, then verifies and stores each chunk. It returns the wanted
-// chunk's bytes, nil (with *verifyErr set) if they failed verification.
-func (f *Fetcher) fetchRange(ctx context.Context, blob rafs.Blob, run []rafs.Chunk, keep bool, verifyErr *error) ([]byte, string, error) {
-	first, last := run[0], run[len(run)-1]
+// fetch reads chunks, a run whose first chunk a reader wants, in one
+// backend request, and verifies, stores and completes the flight of each
+// chunk as it is delivered (headDone is called when the first one is).
+// A chunk that fails verification is fetched again on its own, up to
+// VerifyRetries times in all, the head first. Chunks the backend could
+// not deliver get its error; the chunks delivered before it are served.
+func (f *Fetcher) fetch(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, fls []*flight, keep bool, headDone func()) {
+	n := len(chunks)
+	done := make([]bool, n)
+	verifyErr := make([]error, n)
+	// deliver takes the chunks of a request for chunks[base:base+count].
+	deliver := func(base, count int) func(i int, dc rafs.Chunk, stored, plain []byte, src string) error {
+		return func(i int, dc rafs.Chunk, stored, plain []byte, src string) error {
+			if i < 0 || i >= count {
+				return fmt.Errorf("backend delivered chunk %d of a run of %d", i, count)
+			}
+			j := base + i
+			k := chunks[j]
+			if done[j] {
+				return fmt.Errorf("backend delivered chunk %d (%s) twice", i, k.Digest)
+			}
+			if dc.Digest != k.Digest || dc.Size != k.Size {
+				return fmt.Errorf("backend delivered chunk %s (%d bytes) for %s (%d bytes)", dc.Digest, dc.Size, k.Digest, k.Size)
+			}
+			f.m.backendBytes.WithLabelValues(src).Add(float64(len(stored)))
+			// The bootstrap says what the chunk is; the backend only in
+			// which form (compressed or raw) it delivered it.
+			as := k
+			as.Flags = k.Flags&^rafs.ChunkCompressed | dc.Flags&rafs.ChunkCompressed
+			as.CompressedSize = dc.CompressedSize
+			dec, err := f.accept(blob, k, as, stored, plain, src, keep)
+			if err != nil {
+				verifyErr[j] = err
+				return nil
+			}
+			verifyErr[j] = nil
+			done[j] = true
+			f.flights.complete(fls[j], dec, src, nil)
+			if j == 0 {
+				headDone()
+			}
+			return nil
+		}
+	}
+	_, runErr := f.read(ctx, blob, chunks, deliver(0, n))
+	delivered := 0
+	for _, d := range done {
+		if d {
+			delivered++
+		}
+	}
+	first, last := chunks[0], chunks[n-1]
+	fail := func(j int, err error) {
+		end := last.CompressedOffset + uint64(last.CompressedSize)
+		f.flights.complete(fls[j], nil, "", fmt.Errorf("fetch chunk %s (blob %s, run of chunks %d-%d, bytes %d+%d, %d delivered): %w",
+			chunks[j].Digest, blob.Digest, first.Index, last.Index, first.CompressedOffset, end-first.CompressedOffset, delivered, err))
+	}
+	// Chunks never delivered share the run's fate; then those delivered
+	// bad are fetched again.
+	for j := range chunks {
+		if !done[j] && verifyErr[j] == nil {
+			err := runErr
+			if err == nil {
+				err = errors.New("the backend ended the read without delivering it")
+			}
+			fail(j, err)
+		}
+	}
+	for j := range chunks {
+		if verifyErr[j] == nil {
+			continue
+		}
+		var readErr error
+		for attempt := 1; attempt < f.cfg.VerifyRetries && !done[j] && readErr == nil; attempt++ {
+			if _, err := f.read(ctx, blob, chunks[j:j+1], deliver(j, 1)); err != nil && !done[j] {
+				readErr = err
+			}
+		}
+		switch {
+		case done[j]:
+		case readErr != nil:
+			fail(j, readErr)
+		default:
+			f.flights.complete(fls[j], nil, "", fmt.Errorf("chunk %s of blob %s failed verification %d times: %w",
+				chunks[j].Digest, blob.Digest, f.cfg.VerifyRetries, verifyErr[j]))
+		}
+	}
+	if runErr != nil && done[0] {
+		f.log.Debug("chunk run ended early; the wanted chunk arrived", "blob", blob.Digest.String(), "delivered", delivered, "of", n, "err", runErr)
+	}
+}
+
+// read asks the backend for chunks, a contiguous run of blob, and calls
+// deliver for each as it arrives: as a run (with the decoded bytes of
+// chunks the backend verified) when the backend reads runs, else as
+// slices of the run's byte range once it has arrived whole.
+func (f *Fetcher) read(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk,
+	deliver func(i int, dc rafs.Chunk, stored, plain []byte, src string) error) (string, error) {
+	f.m.inflight.Inc()
+	defer f.m.inflight.Dec()
+	if f.runs != nil {
+		return f.runs.ReadDecodedChunksFrom(ctx, blob, chunks, deliver)
+	}
+	first, last := chunks[0], chunks[len(chunks)-1]
 	end := last.CompressedOffset + uint64(last.CompressedSize)
 	stored := make([]byte, end-first.CompressedOffset)
-	f.m.inflight.Inc()
 	src, err := f.backend.ReadBlobFrom(ctx, blob, int64(first.CompressedOffset), stored)
-	f.m.inflight.Dec()
 	if err != nil {
-		return nil, src, fmt.Errorf("fetch chunk %s (blob %s, bytes %d+%d): %w", first.Digest, blob.Digest, first.CompressedOffset, len(stored), err)
+		return src, err
 	}
-	f.m.backendBytes.WithLabelValues(src).Add(float64(len(stored)))
-	var want []byte
-	for i, k := range run {
-		s := stored[k.CompressedOffset-first.CompressedOffset:][:k.CompressedSize]
-		if dec := f.accept(blob, k, k, s, src, keep, verifyErr, i == 0); i == 0 {
-			want = dec
+	for i, k := range chunks {
+		if err := deliver(i, k, stored[k.CompressedOffset-first.CompressedOffset:][:k.CompressedSize], nil, src); err != nil {
+			return src, err
 		}
 	}
-	return want, src, nil
+	return src, nil
 }
 
-// fetchChunks asks cb for run, whose first chunk the reader wants, and
-// verifies and stores each chunk as it is delivered. When the read fails
-// after delivering the wanted chunk, the reader still gets it. It returns
-// the wanted chunk's bytes, nil (with *verifyErr set) if they failed
-// verification.
-func (f *Fetcher) fetchChunks(ctx context.Context, cb ChunkBackend, blob rafs.Blob, run []rafs.Chunk, keep bool, verifyErr *error) ([]byte, string, error) {
-	var (
-		want      []byte
-		delivered int
-		received  int
-	)
-	f.m.inflight.Inc()
-	src, err := cb.ReadChunksFrom(ctx, blob, run, func(i int, dc rafs.Chunk, stored []byte) error {
-		if i < 0 || i >= len(run) {
-			return fmt.Errorf("backend delivered chunk %d of a run of %d", i, len(run))
-		}
-		k := run[i]
-		if dc.Digest != k.Digest || dc.Size != k.Size {
-			return fmt.Errorf("backend delivered chunk %s (%d bytes) for %s (%d bytes)", dc.Digest, dc.Size, k.Digest, k.Size)
-		}
-		// The bootstrap says what the chunk is; the backend only in which
-		// form (compressed or raw) it delivered it.
-		as := k
-		as.Flags = k.Flags&^rafs.ChunkCompressed | dc.Flags&rafs.ChunkCompressed
-		as.CompressedSize = dc.CompressedSize
-		received += len(stored)
-		delivered++
-		if dec := f.accept(blob, k, as, stored, "backend", keep, verifyErr, i == 0); i == 0 {
-			want = dec
-		}
-		return nil
-	})
-	f.m.inflight.Dec()
-	if received > 0 {
-		f.m.backendBytes.WithLabelValues(src).Add(float64(received))
-	}
-	if err != nil && want == nil {
-		first, last := run[0], run[len(run)-1]
-		end := last.CompressedOffset + uint64(last.CompressedSize)
-		return nil, src, fmt.Errorf("fetch chunk %s (blob %s, chunks %d-%d, bytes %d+%d, %d delivered): %w",
-			first.Digest, blob.Digest, first.Index, last.Index, first.CompressedOffset, end-first.CompressedOffset, delivered, err)
-	}
-	if err != nil {
-		f.log.Debug("chunk run ended early; the wanted chunk arrived", "blob", blob.Digest.String(), "delivered", delivered, "of", len(run), "err", err)
-	}
-	return want, src, nil
-}
-
-// accept verifies stored, the bytes of chunk k in the form as describes,
-// and stores the chunk. It returns the decoded bytes, or nil if they
-// failed verification; for the wanted chunk it records the failure in
-// *verifyErr.
-func (f *Fetcher) accept(blob rafs.Blob, k, as rafs.Chunk, stored []byte, src string, keep bool, verifyErr *error, wanted bool) []byte {
+// accept checks the bytes of chunk k delivered in the form as describes,
+// and stores the chunk. plain, when not nil, is its decoded content,
+// which the backend has verified in this process: it is copied, not
+// decoded and hashed again. It returns the decoded bytes.
+func (f *Fetcher) accept(blob rafs.Blob, k, as rafs.Chunk, stored, plain []byte, src string, keep bool) ([]byte, error) {
 	dec := make([]byte, k.Size)
-	if err := rafs.DecodeChunk(as, stored, dec); err != nil {
+	var err error
+	switch {
+	case plain == nil:
+		err = rafs.DecodeChunk(as, stored, dec)
+	case len(plain) != len(dec):
+		err = fmt.Errorf("backend decoded chunk %s to %d bytes, want %d", k.Digest, len(plain), len(dec))
+	default:
+		copy(dec, plain)
+	}
+	if err != nil {
 		f.m.verifyFailures.Inc()
 		f.log.Warn("chunk failed verification", "chunk", k.Digest.String(), "blob", blob.Digest.String(), "source", src, "err", err)
-		if wanted {
-			*verifyErr = err
-		}
-		return nil
+		return nil, err
 	}
 	f.store(as, stored, dec, keep)
-	return dec
+	return dec, nil
 }
 
 // plan returns c and the chunks stored right after it in the same blob
@@ -337,15 +474,19 @@ func (f *Fetcher) plan(c rafs.Chunk) []rafs.Chunk {
 }
 
 // store keeps a verified chunk: in the node cache (stored form, shared with
-// the node's peer) and in memory (decoded). A full disk only loses the
-// cache copy; the read is served from memory.
+// the node's peer) and then in memory (decoded), so that a chunk seen in
+// memory is in the cache too. A full disk only loses the cache copy; the
+// read is served from memory.
 func (f *Fetcher) store(k rafs.Chunk, stored, dec []byte, keep bool) {
+	if f.cache != nil {
+		f.putCache(k, stored)
+	}
 	if keep || f.cache == nil {
 		f.mem.Add(k.Index, dec)
 	}
-	if f.cache == nil {
-		return
-	}
+}
+
+func (f *Fetcher) putCache(k rafs.Chunk, stored []byte) {
 	if err := f.cache.PutChunk(k, stored); err != nil {
 		f.m.cacheErrors.Inc()
 		now := time.Now().Unix()
@@ -370,9 +511,7 @@ func (f *Fetcher) Readahead(in rafs.Inode, idx uint32) {
 	default:
 		return // enough readahead running
 	}
-	f.bg.Add(1)
-	go func() {
-		defer f.bg.Done()
+	started := f.launch(func() {
 		defer func() { <-f.raSem }()
 		for i := idx + 1; i < in.DataCount && i <= idx+uint32(f.cfg.ReadaheadChunks); i++ {
 			c, err := f.b.FileChunk(in, i)
@@ -386,7 +525,10 @@ func (f *Fetcher) Readahead(in rafs.Inode, idx uint32) {
 				return
 			}
 		}
-	}()
+	})
+	if !started {
+		<-f.raSem
+	}
 }
 
 // Prefetch fetches c into the node cache (not into memory, so prefetch

@@ -183,9 +183,7 @@ func TestCacheDeletedUnderMount(t *testing.T) {
 	})
 	for i, p := range files {
 		if i == len(files)/2 {
-			if err := os.RemoveAll(cfg.Cache.Dir); err != nil {
-				t.Fatal(err)
-			}
+			removeAllWhileWritten(t, cfg.Cache.Dir)
 		}
 		if _, err := os.ReadFile(p); err != nil {
 			t.Fatalf("read %s after the cache was deleted: %v", p, err)
@@ -280,5 +278,20 @@ func TestRegistryFaults(t *testing.T) {
 	}
 	if fr.corrupt.Load() > 0 || fr.fail.Load() > 0 {
 		t.Errorf("faults not all consumed: corrupt %d fail %d", fr.corrupt.Load(), fr.fail.Load())
+	}
+}
+
+// removeAllWhileWritten deletes dir by hand the way an operator would,
+// while the daemon may still be writing into it (a run's tail lands in
+// the cache after its reader has been served): RemoveAll can then meet a
+// directory that a new file made non-empty again, so it tries until the
+// tree is gone.
+func removeAllWhileWritten(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for err := os.RemoveAll(dir); err != nil; err = os.RemoveAll(dir) {
+		if time.Now().After(deadline) {
+			t.Fatalf("remove %s: %v", dir, err)
+		}
 	}
 }

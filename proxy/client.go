@@ -46,6 +46,18 @@ func NewChunkClient(baseURL string, hc *http.Client) *ChunkClient {
 // deliver is returned as it is.
 func (cc *ChunkClient) ReadChunks(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	return cc.ReadChunksDecoded(ctx, up, blob, chunks, func(i int, c rafs.Chunk, stored, _ []byte) error {
+		return deliver(i, c, stored)
+	})
+}
+
+// ReadChunksDecoded is ReadChunks that also hands deliver plain, the
+// chunk's decoded content (c.Size bytes) whose sha256 it has checked
+// against c.Digest, so that the caller need not decode and hash the chunk
+// again. stored and plain are valid only during the call: the client
+// reuses both buffers for the next chunk.
+func (cc *ChunkClient) ReadChunksDecoded(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(i int, c rafs.Chunk, stored, plain []byte) error) error {
 	for i, c := range chunks {
 		if err := checkChunk(c); err != nil {
 			return &ChunkError{Index: i, Err: err}
@@ -90,7 +102,7 @@ func checkChunk(c rafs.Chunk) error {
 // batch reads chunks[start:end] in one request. stored and plain are
 // scratch buffers, returned grown.
 func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk, start, end int,
-	stored, plain []byte, deliver func(i int, c rafs.Chunk, stored []byte) error) ([]byte, []byte, error) {
+	stored, plain []byte, deliver func(i int, c rafs.Chunk, stored, plain []byte) error) ([]byte, []byte, error) {
 	req := batchRequest{Repo: up.Repo, Blob: blob.String(), Chunks: make([]batchChunk, 0, end-start)}
 	for _, c := range chunks[start:end] {
 		req.Chunks = append(req.Chunks, batchChunk{
@@ -150,7 +162,7 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 		if err := rafs.DecodeChunk(c, p, plain[:c.Size]); err != nil {
 			return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
 		}
-		if err := deliver(i, c, p); err != nil {
+		if err := deliver(i, c, p, plain[:c.Size]); err != nil {
 			return stored, plain, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	peerproxy "damselfly/proxy"
 	"damselfly/rafs"
 )
 
@@ -15,6 +16,17 @@ import (
 // (compressed or raw) of the same content. stored is valid only during the
 // call. A non-nil error stops the read, which returns it wrapped.
 type DeliverFunc func(i int, c rafs.Chunk, stored []byte) error
+
+// DecodedDeliverFunc receives the i-th chunk of a run as DeliverFunc
+// does, and also plain and src. src is the source that delivered this
+// chunk. plain, when not nil, is the chunk's decoded content (c.Size
+// bytes), already checked against c.Digest by this process on its way
+// from the local peer's batch endpoint (proxy.ChunkClient), so the callee
+// need not decode and hash it again; stored and plain are valid only
+// during the call. plain is nil for bytes read by range (from the
+// registry, an OCI layout, or a proxy without the batch endpoint): those
+// are unverified and the callee must verify them (rafs.DecodeChunk).
+type DecodedDeliverFunc func(i int, c rafs.Chunk, stored, plain []byte, src Source) error
 
 // ReadChunksFrom reads chunks, a contiguous run of blob in offset order
 // (each chunk's stored bytes start where the previous one's end), and
@@ -40,6 +52,16 @@ type DeliverFunc func(i int, c rafs.Chunk, stored []byte) error
 // blob fails with ErrRange before anything is sent. Safe for concurrent
 // use.
 func (b *Backend) ReadChunksFrom(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, deliver DeliverFunc) (Source, error) {
+	return b.ReadDecodedChunksFrom(ctx, blob, chunks, func(i int, c rafs.Chunk, stored, _ []byte, _ Source) error {
+		return deliver(i, c, stored)
+	})
+}
+
+// ReadDecodedChunksFrom is ReadChunksFrom for a caller that can use the
+// decoded bytes of chunks already verified on their way from the local
+// peer and wants to know which source delivered each chunk (see
+// DecodedDeliverFunc). Everything else is as ReadChunksFrom.
+func (b *Backend) ReadDecodedChunksFrom(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, deliver DecodedDeliverFunc) (Source, error) {
 	if b.closed.Load() {
 		return "", b.runError(blob, chunks, "", 0, 0, ErrClosed)
 	}
@@ -136,16 +158,25 @@ func readRun(ctx context.Context, chunks []rafs.Chunk, base int, read func(ctx c
 	return nil
 }
 
-// counter wraps a DeliverFunc: it counts the chunks and stored bytes
-// delivered and marks deliver's errors as a deliverError.
+// counter wraps a DecodedDeliverFunc for one attempt on src: it counts
+// the chunks and stored bytes delivered and marks deliver's errors as a
+// deliverError.
 type counter struct {
-	deliver DeliverFunc
+	deliver DecodedDeliverFunc
+	src     Source
 	n       int
 	bytes   uint64
 }
 
+// call delivers a chunk read by range: unverified, without plain.
 func (c *counter) call(i int, k rafs.Chunk, stored []byte) error {
-	if err := c.deliver(i, k, stored); err != nil {
+	return c.callDecoded(i, k, stored, nil)
+}
+
+// callDecoded delivers a chunk with plain, its verified decoded bytes,
+// or nil when it is unverified.
+func (c *counter) callDecoded(i int, k rafs.Chunk, stored, plain []byte) error {
+	if err := c.deliver(i, k, stored, plain, c.src); err != nil {
 		return &deliverError{i: i, c: k, err: err}
 	}
 	c.n++
@@ -153,14 +184,14 @@ func (c *counter) call(i int, k rafs.Chunk, stored []byte) error {
 	return nil
 }
 
-func (b *Backend) readChunksOCI(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, deliver DeliverFunc) error {
+func (b *Backend) readChunksOCI(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, deliver DecodedDeliverFunc) error {
 	if len(chunks) == 0 {
 		return nil
 	}
 	st := &b.stats.oci
 	st.requests.Add(1)
 	read := func(ctx context.Context, off int64, p []byte) error { return b.oci.read(ctx, blob.Digest, off, p) }
-	cnt := &counter{deliver: deliver}
+	cnt := &counter{deliver: deliver, src: SourceOCI}
 	err := readRun(ctx, chunks, 0, read, cnt.call)
 	st.bytes.Add(cnt.bytes)
 	var de *deliverError
@@ -176,7 +207,7 @@ func (b *Backend) readChunksOCI(ctx context.Context, blob rafs.Blob, chunks []ra
 
 // readChunksRemote is a registry-type read of a run: each attempt asks
 // for the chunks not yet delivered.
-func (b *Backend) readChunksRemote(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, deliver DeliverFunc) (Source, error) {
+func (b *Backend) readChunksRemote(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, deliver DecodedDeliverFunc) (Source, error) {
 	next := 0 // chunks delivered
 	src, err := b.retry(ctx,
 		func(src Source, again bool) error {
@@ -197,7 +228,7 @@ func (b *Backend) readChunksRemote(ctx context.Context, blob rafs.Blob, chunks [
 // attemptChunks sends one request for chunks (numbered from base) to src,
 // bounded by Config.Timeout, and counts it. It returns how many chunks
 // were delivered; an error from deliver comes back as a *deliverError.
-func (b *Backend) attemptChunks(ctx context.Context, src Source, blob rafs.Blob, chunks []rafs.Chunk, base int, deliver DeliverFunc, retry bool) (int, error) {
+func (b *Backend) attemptChunks(ctx context.Context, src Source, blob rafs.Blob, chunks []rafs.Chunk, base int, deliver DecodedDeliverFunc, retry bool) (int, error) {
 	st := b.stats.of(src)
 	st.requests.Add(1)
 	if retry {
@@ -208,10 +239,10 @@ func (b *Backend) attemptChunks(ctx context.Context, src Source, blob rafs.Blob,
 	}
 	actx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
-	cnt := &counter{deliver: deliver}
+	cnt := &counter{deliver: deliver, src: src}
 	var err error
 	if src == SourceProxy {
-		err = b.proxy.readChunks(actx, b.reg, blob, chunks, base, cnt.call)
+		err = b.proxy.readDecodedChunks(actx, b.reg, blob, chunks, base, cnt)
 	} else {
 		read := func(ctx context.Context, off int64, p []byte) error { return b.reg.read(ctx, blob.Digest, off, p) }
 		err = readRun(actx, chunks, base, read, cnt.call)
@@ -225,4 +256,26 @@ func (b *Backend) attemptChunks(ctx context.Context, src Source, blob rafs.Blob,
 		}
 	}
 	return cnt.n, err
+}
+
+// readDecodedChunks is readChunks (proxy.go) handing cnt the decoded
+// bytes the batch endpoint's client verified; chunks read by range, from
+// a proxy without that endpoint, go to cnt without them.
+func (p *proxy) readDecodedChunks(ctx context.Context, reg *registry, blob rafs.Blob, chunks []rafs.Chunk, base int, cnt *counter) error {
+	if !p.noBatch.Load() {
+		up := peerproxy.Upstream{Registry: reg.origin(), Repo: reg.repo.RepositoryStr(), Authorization: reg.authorization()}
+		var delivered int
+		err := p.chunks.ReadChunksDecoded(ctx, up, blob.Digest, chunks, func(i int, c rafs.Chunk, stored, plain []byte) error {
+			delivered = i + 1
+			return cnt.callDecoded(base+i, c, stored, plain)
+		})
+		if delivered > 0 || !noBatchEndpoint(err) {
+			return chunkErr(err)
+		}
+		if p.noBatch.CompareAndSwap(false, true) {
+			p.log.Info("backend proxy has no batch chunk endpoint; reading byte ranges through it", "proxy", p.url, "err", err)
+		}
+	}
+	read := func(ctx context.Context, off int64, buf []byte) error { return p.read(ctx, reg, blob.Digest, off, buf) }
+	return readRun(ctx, chunks, base, read, cnt.call)
 }

@@ -521,3 +521,89 @@ func TestReadChunksCorruptNoFallback(t *testing.T) {
 		t.Errorf("registry requests: got %d, want 0", st.Registry.Requests)
 	}
 }
+
+// ReadDecodedChunksFrom hands over the decoded bytes of chunks the peer's
+// batch client verified, with the source of each chunk; chunks read by
+// range from the registry after a failure part-way come without them.
+func TestReadDecodedChunksFrom(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		failAt    int64 // ordinal+1 the peer fails transiently
+		wantPlain int   // chunks delivered with plain, from the proxy
+	}{
+		{name: "all from the peer", wantPlain: 4},
+		{name: "rest from the registry", failAt: 3, wantPlain: 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := newOrigin(t)
+			cb := newChunkedBlob(72, 5000, 60000, 1, 4096)
+			o.put(t, cb.data)
+			peer := &testPeer{}
+			peer.failAt.Store(tt.failAt)
+			var pings atomic.Int64
+			ping := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { pings.Add(1) }))
+			t.Cleanup(ping.Close)
+			cfg := o.config()
+			cfg.Proxy = ProxyConfig{URL: startPeer(t, o, peer), PingURL: ping.URL, Fallback: true, CheckInterval: time.Hour}
+			b := newBackend(t, cfg)
+			waitFor(t, "the first health probe", func() bool { return pings.Load() > 0 })
+			next, plains := 0, 0
+			src, err := b.ReadDecodedChunksFrom(t.Context(), cb.blob, cb.chunks, func(i int, c rafs.Chunk, stored, plain []byte, src Source) error {
+				if i != next {
+					t.Errorf("delivered chunk %d, want %d", i, next)
+				}
+				next++
+				want := cb.data[c.CompressedOffset:][:c.CompressedSize]
+				if !bytes.Equal(stored, want) {
+					t.Errorf("chunk %d: wrong stored bytes", i)
+				}
+				switch {
+				case plain != nil && src != SourceProxy:
+					t.Errorf("chunk %d: decoded bytes from %s, want them only from the proxy", i, src)
+				case plain != nil:
+					plains++
+					if !bytes.Equal(plain, want) {
+						t.Errorf("chunk %d: wrong decoded bytes", i)
+					}
+				case src == SourceProxy:
+					t.Errorf("chunk %d from the proxy without its decoded bytes", i)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if next != len(cb.chunks) || plains != tt.wantPlain {
+				t.Errorf("delivered %d chunks, %d with decoded bytes; want %d, %d", next, plains, len(cb.chunks), tt.wantPlain)
+			}
+			want := SourceProxy
+			if tt.failAt > 0 {
+				want = SourceRegistry
+			}
+			if src != want {
+				t.Errorf("last source %s, want %s", src, want)
+			}
+		})
+	}
+}
+
+// From an OCI layout, chunks come unverified, without decoded bytes.
+func TestReadDecodedChunksOCI(t *testing.T) {
+	t.Parallel()
+	cb := newChunkedBlob(73, 100, 200, 300)
+	dir, blobs := writeLayout(t, cb.data)
+	b := newBackend(t, Config{Type: TypeOCI, Dir: dir})
+	n := 0
+	_, err := b.ReadDecodedChunksFrom(t.Context(), blobs[0], cb.chunks, func(i int, c rafs.Chunk, stored, plain []byte, src Source) error {
+		n++
+		if plain != nil || src != SourceOCI {
+			t.Errorf("chunk %d: decoded bytes %v, source %s; want none, %s", i, plain != nil, src, SourceOCI)
+		}
+		return nil
+	})
+	if err != nil || n != 3 {
+		t.Fatalf("got %v after %d chunks, want 3 chunks", err, n)
+	}
+}

@@ -120,31 +120,6 @@ func (p *proxy) probe(ctx context.Context) error {
 	return nil
 }
 
-// readChunks reads a checked run of blob's chunks through the proxy's
-// batch endpoint, which verifies them, numbering them from base for
-// deliver. A proxy without that endpoint (a plain registry mirror answers
-// 404 or 405) is read by byte ranges instead, until it turns healthy
-// again after a failure. Errors that asking again cannot fix wrap
-// errPermanent.
-func (p *proxy) readChunks(ctx context.Context, reg *registry, blob rafs.Blob, chunks []rafs.Chunk, base int, deliver DeliverFunc) error {
-	if !p.noBatch.Load() {
-		up := peerproxy.Upstream{Registry: reg.origin(), Repo: reg.repo.RepositoryStr(), Authorization: reg.authorization()}
-		var delivered int
-		err := p.chunks.ReadChunks(ctx, up, blob.Digest, chunks, func(i int, c rafs.Chunk, stored []byte) error {
-			delivered = i + 1
-			return deliver(base+i, c, stored)
-		})
-		if delivered > 0 || !noBatchEndpoint(err) {
-			return chunkErr(err)
-		}
-		if p.noBatch.CompareAndSwap(false, true) {
-			p.log.Info("backend proxy has no batch chunk endpoint; reading byte ranges through it", "proxy", p.url, "err", err)
-		}
-	}
-	read := func(ctx context.Context, off int64, buf []byte) error { return p.read(ctx, reg, blob.Digest, off, buf) }
-	return readRun(ctx, chunks, base, read, deliver)
-}
-
 // noBatchEndpoint reports whether err is the proxy answering the batch
 // request itself with 404, 405 or 501: it does not speak the protocol.
 func noBatchEndpoint(err error) bool {

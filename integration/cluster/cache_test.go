@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"damselfly/rafs"
 )
@@ -28,8 +29,13 @@ func TestNodeCacheFilledAndDeleted(t *testing.T) {
 		t.Errorf("node cache holds %d bytes, over its capacity of %d", size, capacity)
 	}
 
-	if err := os.RemoveAll(n.cache); err != nil {
-		t.Fatal(err)
+	// The peer and the mount may be writing into it: like an operator's
+	// rm -rf, try until the tree is gone.
+	deadline := time.Now().Add(20 * time.Second)
+	for err := os.RemoveAll(n.cache); err != nil; err = os.RemoveAll(n.cache) {
+		if time.Now().After(deadline) {
+			t.Fatalf("remove %s: %v", n.cache, err)
+		}
 	}
 	dropPageCache(t)
 	m.equalSource(im)

@@ -1,0 +1,106 @@
+package proxy_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"testing"
+
+	"damselfly/proxy"
+	"damselfly/proxy/upstream"
+	"damselfly/rafs"
+)
+
+// ReadChunksDecoded hands over, with each chunk's stored bytes, its
+// decoded content, which hashes to the chunk's digest; ReadChunks
+// delivers the same stored bytes.
+func TestChunkClientDecoded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	img := buildImage(t, e.reg, "rafs/app")
+	cc := proxy.NewChunkClient(e.url, nil)
+	up := proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}
+
+	var stored [][]byte
+	next := 0
+	err := cc.ReadChunksDecoded(testCtx(t), up, img.blob, img.chunks, func(i int, c rafs.Chunk, s, plain []byte) error {
+		if i != next {
+			t.Fatalf("delivered chunk %d, want %d", i, next)
+		}
+		next++
+		if len(plain) != int(c.Size) {
+			t.Fatalf("chunk %d: %d decoded bytes, want %d", i, len(plain), c.Size)
+		}
+		if sha256.Sum256(plain) != [32]byte(img.chunks[i].Digest) {
+			t.Fatalf("chunk %d: decoded bytes do not hash to its digest", i)
+		}
+		want := make([]byte, c.Size)
+		if err := rafs.DecodeChunk(c, s, want); err != nil || !bytes.Equal(want, plain) {
+			t.Fatalf("chunk %d: decoded bytes differ from its stored bytes decoded (%v)", i, err)
+		}
+		stored = append(stored, bytes.Clone(s))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next != len(img.chunks) {
+		t.Fatalf("delivered %d chunks, want %d", next, len(img.chunks))
+	}
+	i := 0
+	err = cc.ReadChunks(testCtx(t), up, img.blob, img.chunks, func(_ int, _ rafs.Chunk, s []byte) error {
+		if !bytes.Equal(s, stored[i]) {
+			t.Errorf("chunk %d: ReadChunks delivered other stored bytes than ReadChunksDecoded", i)
+		}
+		i++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A corrupt chunk is never handed over decoded: the read stops before it
+// with a permanent digest mismatch naming it.
+func TestChunkClientDecodedRefusesCorrupt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{source: func(up *upstream.Client) proxy.ChunkSource {
+		return &corruptingSource{inner: &registrySource{up: up}, at: 3}
+	}})
+	img := buildImage(t, e.reg, "rafs/app")
+	cc := proxy.NewChunkClient(e.url, nil)
+	n := 0
+	err := cc.ReadChunksDecoded(testCtx(t), proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}, img.blob, img.chunks,
+		func(i int, c rafs.Chunk, _, plain []byte) error {
+			if sha256.Sum256(plain) != [32]byte(c.Digest) {
+				t.Errorf("chunk %d handed over with the wrong content", i)
+			}
+			n++
+			return nil
+		})
+	ce := chunkErr(t, err)
+	if n != 3 || ce.Index != 3 || ce.Transient || !errors.Is(err, rafs.ErrDigestMismatch) {
+		t.Errorf("delivered %d, error %v; want 3 delivered and a permanent digest mismatch at 3", n, err)
+	}
+}
+
+// An error from deliver stops the read and comes back as it is.
+func TestChunkClientDecodedDeliverError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	img := buildImage(t, e.reg, "rafs/app")
+	cc := proxy.NewChunkClient(e.url, nil)
+	stop := errors.New("enough")
+	n := 0
+	err := cc.ReadChunksDecoded(testCtx(t), proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}, img.blob, img.chunks,
+		func(int, rafs.Chunk, []byte, []byte) error {
+			n++
+			if n == 2 {
+				return stop
+			}
+			return nil
+		})
+	if err != stop || n != 2 {
+		t.Errorf("got %v after %d chunks, want deliver's own error after 2", err, n)
+	}
+}
