@@ -27,6 +27,10 @@
 //     blob, persisted so that they are announced again after a restart and
 //     dropped when the cache evicts them.
 //   - metrics.go: Prometheus counters and Stats, by source.
+//   - preheat*.go: Preheater, which answers a scheduler's preheat stream
+//     (scheduler/preheatwire): opens the image through the registry,
+//     lists its chunks (all, or the prefetch table's) and reads them
+//     through the Node, reporting progress until done or cancelled.
 //
 // Every chunk is verified against its digest before it is cached, handed
 // to a reader or announced. Subpackages: host (the libp2p host), exchange

@@ -53,7 +53,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.configFile, "config", "", "configuration file (YAML); DAMSELFLY_* environment variables override it")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newConvert(g), newInspect(g), newCheck(g), newUnpack(g), newMount(g), newUmount(g), newStatus(g), newDemo(g))
+	root.AddCommand(newConvert(g), newInspect(g), newCheck(g), newUnpack(g), newMount(g), newUmount(g), newStatus(g), newDemo(g), newPreheat(g))
 	for _, c := range daemonCommands {
 		root.AddCommand(c(g))
 	}

@@ -36,6 +36,7 @@ type Daemon struct {
 	sched *client.Client // nil without schedulers
 	up    *upstream.Client
 	node  *peer.Node
+	heat  *peer.Preheater
 	proxy *proxy.Server
 
 	closers []func() error // in the order of making; called in reverse
@@ -111,6 +112,10 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	d.onClose(d.node.Close)
+	if d.heat, err = peer.NewPreheater(d.node, cfg.preheat(), log.With("part", "preheat")); err != nil {
+		return nil, fmt.Errorf("preheat: %w", err)
+	}
+	d.onClose(d.heat.Close)
 
 	if d.proxy, err = proxy.New(cfg.Proxy, d.node, d.up, d.reg, log.With("part", "proxy")); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
@@ -155,6 +160,20 @@ func (d *Daemon) AddrInfo() lpeer.AddrInfo { return d.host.AddrInfo() }
 
 // Node is the daemon's chunk source (for tests and the demo).
 func (d *Daemon) Node() *peer.Node { return d.node }
+
+// Preheater serves the schedulers' preheat requests (for tests).
+func (d *Daemon) Preheater() *peer.Preheater { return d.heat }
+
+// preheat is the Preheater's configuration: the schedulers this peer
+// is configured with may ask, through the upstream's registries and
+// credentials.
+func (c Config) preheat() peer.PreheatConfig {
+	p := peer.DefaultPreheat()
+	p.Schedulers = c.Scheduler.Schedulers
+	p.PlainHTTP = c.Upstream.PlainHTTP
+	p.DockerConfigFile = c.Upstream.DockerConfigFile
+	return p
+}
 
 // Run serves until ctx is done or a part fails: the proxy, the node's
 // holdings upkeep and the scheduler client run in one errgroup. Then the

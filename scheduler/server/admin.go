@@ -47,6 +47,7 @@ func (s *Server) adminHandler() http.Handler {
 		s.log.Info("peer unbanned by operator", "peer", id)
 		writeJSON(w, http.StatusOK, map[string]string{"unbanned": id})
 	})
+	s.preheatRoutes(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return mux
 }

@@ -14,6 +14,9 @@
 //   - admin.go: the loopback admin HTTP API (peers, blobs, origin fetches,
 //     bans, health); admin_json.go: its JSON documents.
 //   - metrics.go: Prometheus metrics on the server's own registry.
+//   - preheat*.go: preheat jobs: the admin API that starts, lists and
+//     cancels them, the choice of target peers spread over zones, racks
+//     and hosts, and one preheat stream per target.
 //
 // Every request acts for the peer that opened the stream, as libp2p
 // authenticated it, never for an ID named in the request.
