@@ -2,6 +2,13 @@
 # .ci/run): it installs the system packages the tests use when they are
 # missing, then runs every test, FUSE and multi-process ones included, with
 # skips turned into failures.
+#
+# `make bench` runs every benchmark harness (convert, mount, distribution;
+# about 45 minutes, as root for the mount harness), each writing its rows
+# to integration/bench/out/{convert,mount,distribution}.{json,md}, then
+# regenerates integration/bench/RESULTS.md from them. The harnesses can
+# also run alone: make bench-convert, bench-mount, bench-distribution,
+# and make bench-results rewrites RESULTS.md from whatever is in out/.
 
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
@@ -72,3 +79,26 @@ clean:
 .PHONY: bench-mount
 BENCH_MOUNT_FLAGS ?=
 bench-mount: ; $(GO) run ./integration/bench/mount $(BENCH_MOUNT_FLAGS)
+
+# P2P distribution benchmarks (issues 4 and 5; about 15 minutes): N peer
+# daemons, a scheduler and an origin registry in one process on loopback,
+# every link shaped, all nodes pulling one image at once. Each scenario
+# replaces its own row in integration/bench/out/distribution.json. The
+# 20 Mbit/s pair needs little CPU, so it shows the schedule rather than
+# the machine: nodes reading in the same order, and in spread orders.
+# Flags, e.g. BENCH_DIST_FLAGS="-runs 5 -rtt 2ms": go run ./integration/bench/distribution -h
+.PHONY: bench bench-distribution bench-results
+BENCH_DIST_FLAGS ?=
+BENCH_DIST = $(GO) run ./integration/bench/distribution
+bench-distribution:
+	$(BENCH_DIST) -nodes 8 -mb 64 -mbit 200 -p2p=true -runs 3 $(BENCH_DIST_FLAGS)
+	$(BENCH_DIST) -nodes 8 -mb 64 -mbit 200 -p2p=false -runs 3 $(BENCH_DIST_FLAGS)
+	$(BENCH_DIST) -nodes 16 -mb 256 -mbit 200 -p2p=true -runs 3 $(BENCH_DIST_FLAGS)
+	$(BENCH_DIST) -nodes 8 -mb 16 -mbit 20 -p2p=true -runs 3 $(BENCH_DIST_FLAGS)
+	$(BENCH_DIST) -nodes 8 -mb 16 -mbit 20 -p2p=true -spread -runs 3 $(BENCH_DIST_FLAGS)
+
+bench-results:
+	$(BENCH_DIST) -results integration/bench/RESULTS.md
+
+bench: bench-convert bench-mount bench-distribution
+	$(MAKE) bench-results

@@ -9,4 +9,9 @@
 // The programs below it are thin: convert is the harness that
 // `make bench-convert` runs, images only builds the images, and estargz is
 // the eStargz baseline converter that the harness measures side by side.
+// mount (`make bench-mount`) measures the mount daemon against a pull and
+// unpack through a shaped link, and distribution (`make
+// bench-distribution`) N peer daemons pulling one image at once, with and
+// without P2P. `make bench` runs them all and rewrites RESULTS.md from
+// their JSON.
 package bench
