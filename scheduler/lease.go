@@ -8,12 +8,21 @@ import (
 
 // lease is one assignment: the scheduler told a requester to fetch chunks
 // lo..hi (some of them) of blob from parent. Until the requester reports
-// on it, or LeaseTimeout passes, it counts as load on the parent, and it
+// on it, or LeaseTimeout passes, it counts as load on the parent, it
+// makes the requester a future holder of those chunks (tree.go), and it
 // is what entitles the requester to report on the parent at all.
 type lease struct {
+	id      uint64 // key in the blob's leased index
 	parent  *peer
 	blob    rafs.Digest
 	lo, hi  uint32 // lowest and highest chunk assigned
+	expires time.Time
+}
+
+// leaseRef is a lease as the blob's index of future holders keeps it.
+type leaseRef struct {
+	req     *peer
+	lo, hi  uint32
 	expires time.Time
 }
 
@@ -23,13 +32,30 @@ func (s *State) addLease(r, parent *peer, blob rafs.Digest, lo, hi uint32, now t
 	if len(r.leases) >= s.cfg.MaxLeasesPerPeer {
 		s.releaseOldest(r)
 	}
-	r.leases = append(r.leases, lease{parent: parent, blob: blob, lo: lo, hi: hi, expires: now.Add(s.cfg.LeaseTimeout)})
+	s.nextLease++
+	l := lease{id: s.nextLease, parent: parent, blob: blob, lo: lo, hi: hi, expires: now.Add(s.cfg.LeaseTimeout)}
+	r.leases = append(r.leases, l)
+	b := s.blob(blob, true)
+	if b.leased == nil {
+		b.leased = map[uint64]leaseRef{}
+	}
+	b.leased[l.id] = leaseRef{req: r, lo: lo, hi: hi, expires: l.expires}
 	s.setPending(parent, +1)
+}
+
+// endLease undoes what addLease did for l, other than removing it from
+// the requester's list.
+func (s *State) endLease(l lease) {
+	s.setPending(l.parent, -1)
+	if b := s.blobs[l.blob]; b != nil {
+		delete(b.leased, l.id)
+		s.forgetIfEmpty(b)
+	}
 }
 
 // releaseOldest ends r's oldest lease.
 func (s *State) releaseOldest(r *peer) {
-	s.setPending(r.leases[0].parent, -1)
+	s.endLease(r.leases[0])
 	r.leases[0] = lease{}
 	r.leases = r.leases[1:]
 	if len(r.leases) == 0 {
@@ -52,7 +78,7 @@ func (s *State) takeLease(r *peer, id string, blob rafs.Digest, chunk uint32, an
 		if l.parent.id != id || l.blob != blob || (!anyChunk && (chunk < l.lo || chunk > l.hi)) {
 			continue
 		}
-		s.setPending(l.parent, -1)
+		s.endLease(l)
 		r.leases = append(r.leases[:i], r.leases[i+1:]...)
 		return l, true
 	}

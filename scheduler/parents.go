@@ -34,10 +34,11 @@ type Parent struct {
 // Wait is a group of chunks to ask about again.
 type Wait struct {
 	Chunks []uint32
-	// Fetchers are the peers fetching these chunks from origin now; the
-	// chunks will be served by them. Empty means the chunks are held by
-	// peers beyond Config.MaxParents: ask again, with RetryAfter 0, once
-	// the parents named have served theirs.
+	// Fetchers are the peers fetching these chunks now, from origin or
+	// from a parent whose children are at the cap (tree.go); the chunks
+	// will be served by them. Empty means the chunks are held by peers
+	// beyond Config.MaxParents: ask again, with RetryAfter 0, once the
+	// parents named have served theirs.
 	Fetchers   []string
 	RetryAfter time.Duration
 }
@@ -45,15 +46,19 @@ type Wait struct {
 // Parents answers where requester should get chunks of blob: from up to
 // Config.MaxParents peers that together hold as many of them as possible,
 // from origin (its turn), or after waiting for another peer's origin
-// fetch. The requester and banned, expired or avoided peers are never
-// named. Every parent named gets the assignment counted as load until the
-// requester reports on it (Report) or Config.LeaseTimeout passes.
+// fetch or for the peers already fetching them from a full parent
+// (tree.go). The requester and banned, expired or avoided peers are never
+// named. Every parent named gets the assignment counted as load, and the
+// requester counts as a future holder of the chunks, until the requester
+// reports on it (Report) or Config.LeaseTimeout passes.
 //
 // Parents are chosen greedily: the candidate with the largest
 // remaining coverage × score (score.go) is named and its chunks assigned
-// to it, and so on (see choose). Chunks held only by candidates beyond
-// MaxParents are to be asked about again; chunks no eligible peer holds
-// go through origin coordination (origin.go).
+// to it, and so on (see choose), first among parents below their cap of
+// children, then, for the chunks only full parents hold and r need not
+// wait for, among all. Chunks held only by candidates beyond MaxParents
+// are to be asked about again; chunks no eligible peer holds go through
+// origin coordination (origin.go).
 //
 // chunks may be in any order and repeat; it must hold 1 to
 // Config.MaxChunksPerQuery ordinals below Config.MaxChunksPerBlob, else
@@ -86,9 +91,19 @@ func (s *State) Parents(requester string, blob rafs.Digest, chunks []uint32, now
 		s.mu.RUnlock()
 		return Answer{}, fmt.Errorf("parents for %s: peer %q: %w", blob, requester, ErrUnknownPeer)
 	}
+	var tree Wait
 	if b := s.blobs[blob]; b != nil {
 		s.candidates(sc, b, r, &q, now)
-		s.choose(sc, &ans, r, &q)
+		s.choose(sc, &ans, r, &q, false, false)
+		if q.left > 0 && sc.anyFull {
+			tree = s.treeWait(sc, b, r, &q, now)
+			if len(tree.Chunks) > 0 && len(ans.Parents) > 0 {
+				// Ask again once the parents named have served theirs:
+				// the future holders may have these by then.
+				tree.RetryAfter = 0
+			}
+			s.choose(sc, &ans, r, &q, true, true)
+		}
 	}
 	var later, unheld []uint32
 	if q.left > 0 {
@@ -116,6 +131,12 @@ func (s *State) Parents(requester string, blob rafs.Digest, chunks []uint32, now
 	}
 	if len(later) > 0 {
 		ans.Wait = append(ans.Wait, Wait{Chunks: later})
+	}
+	if len(tree.Chunks) > 0 {
+		ans.Wait = append(ans.Wait, tree)
+	}
+	if len(tree.Chunks) > 0 || len(r.waits) > 0 {
+		s.noteWaits(r, blob, &ans, tree.Chunks, now)
 	}
 	return ans, nil
 }

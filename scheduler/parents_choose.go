@@ -10,6 +10,8 @@ type scratch struct {
 	cands  []cand
 	masks  []uint64 // coverage of cands[i] is masks[i*W:(i+1)*W], W = len(rem)
 	chosen []*peer  // the peers of Answer.Parents, in order
+	// anyFull is whether some candidate is full (tree.go).
+	anyFull bool
 }
 
 func newScratch() any { return new(scratch) }
@@ -18,6 +20,7 @@ func newScratch() any { return new(scratch) }
 type cand struct {
 	slot  int32
 	gain  int32   // chunks of the request it holds, as of the last look
+	full  bool    // at its cap of children (tree.go)
 	score float64 // see score.go
 }
 
@@ -26,6 +29,7 @@ type cand struct {
 func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now time.Time) {
 	w := len(q.rem)
 	cs, masks := sc.cands[:0], sc.masks[:0]
+	sc.anyFull = false
 	nowNs, oldest := now.UnixNano(), now.UnixNano()-s.cfg.PeerTTL.Nanoseconds()
 	avoid := r.rep != nil && len(r.rep.avoid) > 0
 	rh := &s.hot[r.slot]
@@ -46,7 +50,9 @@ func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now t
 			continue
 		}
 		score := locality(rh, ph) * ph.q * jit.next()
-		cs = append(cs, cand{slot: h.slot, gain: int32(g), score: score})
+		isFull := full(ph.pending)
+		sc.anyFull = sc.anyFull || isFull
+		cs = append(cs, cand{slot: h.slot, gain: int32(g), full: isFull, score: score})
 	}
 	sc.cands, sc.masks = cs, masks
 }
@@ -54,21 +60,25 @@ func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now t
 // choose names parents from sc.cands until q is covered, no candidate
 // holds what is left, or MaxParents are named: each round takes the
 // candidate with the largest remaining coverage × score (greedy weighted
-// set cover). Coverage only falls from round to round, so a candidate
-// whose last coverage × score cannot beat the best found so far is
-// skipped without a recount. Read lock.
-func (s *State) choose(sc *scratch, ans *Answer, r *peer, q *request) {
+// set cover). Full candidates (tree.go) take part only if withFull.
+// Coverage only falls from round to round, so a candidate whose last
+// coverage × score cannot beat the best found so far is skipped without
+// a recount; a later call (again, with q changed in between) passes
+// again to recount from the first round. Read lock.
+func (s *State) choose(sc *scratch, ans *Answer, r *peer, q *request, withFull, again bool) {
 	w := len(q.rem)
 	cs, masks := sc.cands, sc.masks
-	sc.chosen = sc.chosen[:0]
+	if !again {
+		sc.chosen = sc.chosen[:0]
+	}
 	for round := 0; q.left > 0 && len(ans.Parents) < s.cfg.MaxParents; round++ {
 		best, bestKey := -1, 0.0
 		for i := range cs {
 			c := &cs[i]
-			if c.gain == 0 || float64(c.gain)*c.score <= bestKey {
+			if c.gain == 0 || (c.full && !withFull) || float64(c.gain)*c.score <= bestKey {
 				continue
 			}
-			if round > 0 {
+			if round > 0 || again {
 				c.gain = int32(q.gain(masks[i*w : (i+1)*w]))
 			}
 			if k := float64(c.gain) * c.score; c.gain > 0 && k > bestKey {

@@ -100,11 +100,15 @@ func (q *request) ordinals(i int, x uint64, dst []uint32) []uint32 {
 	for x != 0 {
 		b := bits.TrailingZeros64(x)
 		x &= x - 1
-		if q.dense {
-			dst = append(dst, uint32((q.lo+i)*64+b))
-		} else {
-			dst = append(dst, q.want[i*64+b])
-		}
+		dst = append(dst, q.at(i, b))
 	}
 	return dst
+}
+
+// at returns the chunk of bit b of word i of request space.
+func (q *request) at(i, b int) uint32 {
+	if q.dense {
+		return uint32((q.lo+i)*64 + b)
+	}
+	return q.want[i*64+b]
 }

@@ -27,7 +27,9 @@ package scheduler
 //     of the first in memory order taking it all.
 //
 // Load and health only ever lower a score, never exclude: an overloaded or
-// flaky holder still beats sending the requester to origin.
+// flaky holder still beats sending the requester to origin. (A parent at
+// its cap of children is passed over only while a future holder of the
+// chunks can serve the requester soon instead; see tree.go.)
 
 const (
 	weightHost = 4.0

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,7 @@ type State struct {
 	reporters map[string]*reporter
 	labels    map[string]*label
 	nextLabel int32
+	nextLease uint64 // numbers leases; see blobState.leased
 }
 
 // peer is one member. The struct lives as long as the peer's membership:
@@ -62,8 +64,9 @@ type peer struct {
 
 	holdings     map[*blobState]int32 // blob -> index in blob.holders
 	holdingBytes int64
-	fetching     int     // origin fetch turns held
-	leases       []lease // as requester, oldest first
+	fetching     int               // origin fetch turns held
+	leases       []lease           // as requester, oldest first
+	waits        map[waitKey]int64 // as requester: first tree wait, Unix ns (tree.go)
 	rep          *reporter
 	gone         bool
 }
@@ -76,6 +79,7 @@ type peerHot struct {
 	seen        int64   // last registration or heartbeat
 	bannedUntil int64   // 0 if never banned
 	q           float64 // quality (score.go), kept current by refresh
+	pending     int32   // outstanding assignments as parent (tree.go)
 	zone        int32   // interned label values; 0 = unset
 	rack        int32
 	host        int32
@@ -100,7 +104,9 @@ func (s *State) setPending(p *peer, d int) {
 // it under the read lock.
 func (s *State) refresh(p *peer) {
 	if !p.gone {
-		s.hot[p.slot].q = s.quality(p)
+		h := &s.hot[p.slot]
+		h.q = s.quality(p)
+		h.pending = int32(min(p.pending, math.MaxInt32))
 	}
 }
 
@@ -131,6 +137,9 @@ type blobState struct {
 	holders []holder
 	slab    slab // the holders' bitsets
 	origin  map[uint32]*originFetch
+	// leased are the outstanding assignments of the blob's chunks, by
+	// lease number: their requesters are the chunks' future holders.
+	leased map[uint64]leaseRef
 }
 
 // holder is one peer's holding of one blob; its bitset is the row
@@ -204,7 +213,7 @@ func (s *State) blob(d rafs.Digest, create bool) *blobState {
 
 // forgetIfEmpty drops b once nothing refers to it.
 func (s *State) forgetIfEmpty(b *blobState) {
-	if len(b.holders) == 0 && len(b.origin) == 0 {
+	if len(b.holders) == 0 && len(b.origin) == 0 && len(b.leased) == 0 {
 		delete(s.blobs, b.digest)
 	}
 }

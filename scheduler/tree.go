@@ -1,0 +1,194 @@
+package scheduler
+
+import (
+	"math/bits"
+	"slices"
+	"time"
+
+	"damselfly/rafs"
+)
+
+// Relay trees. When many peers want the same chunk at once, its first
+// holder would otherwise be named to all of them and its uplink split as
+// many ways: a star, as slow as one peer serving the whole cluster. So a
+// parent serves at most maxChildren outstanding assignments before it is
+// full, and a requester whose chunks only full parents hold is told to
+// wait, briefly, for their future holders: the peers already assigned
+// those chunks (an outstanding lease makes its requester one, as an
+// origin turn makes its fetcher one). When a future holder announces
+// the chunks it is a parent with room, and the waiters get it. Each
+// chunk so spreads down a tree whose fan-out is the cap, and every
+// peer's uplink carries a share.
+//
+// Nobody starves: a requester is served by the best full parent (the
+// score ranks the least loaded first) when no future holder of the chunk
+// is eligible for it, or when it has been waiting for the chunk longer
+// than starveAfter; a future holder whose lease timed out or was
+// reported on stops counting.
+
+const (
+	// maxChildren is the most outstanding assignments a parent takes
+	// before it is full. A peer reading with a few requests in flight
+	// holds as many leases on one parent, so with four reads in flight
+	// this is two requesters' worth.
+	maxChildren = 8
+	// treeRetry is the RetryAfter of a wait for future holders: about a
+	// batch of chunks' transfer time, so that waiters pick up a new
+	// holder soon after it announces.
+	treeRetry = 100 * time.Millisecond
+	// starveAfter is how long a requester waits for future holders of a
+	// chunk before it is served by a full parent anyway.
+	starveAfter = time.Second
+	// maxWaitsPerPeer bounds the chunks whose wait start is remembered
+	// per requester; a chunk that does not fit counts as starved.
+	maxWaitsPerPeer = 1024
+	// maxTreeFetchers bounds the future holders named in a Wait.
+	maxTreeFetchers = 8
+)
+
+// waitKey names a chunk a requester was told to wait for.
+type waitKey struct {
+	blob  rafs.Digest
+	chunk uint32
+}
+
+// full reports whether a parent with pending outstanding assignments
+// takes no more while a future holder can serve instead.
+func full(pending int32) bool { return pending >= maxChildren }
+
+// treeWait takes out of q the chunks that only full candidates hold, for
+// r to wait for instead, if it should: when every one of them has an
+// eligible future holder and r has not waited for any of them past
+// starveAfter. It is all or none: a full parent named for some of the
+// chunks might as well serve them all. It returns the wait, with no
+// chunks if there is none. Read lock.
+//
+// A peer acts on one answer before it asks again, so when parents were
+// named for other chunks, Parents makes the wait due at once (RetryAfter
+// 0): the requester asks again when those fetches are done, by when the
+// future holders it follows may hold the next chunks. So a requester
+// trails its future holders chunk by chunk, a relay pipeline.
+func (s *State) treeWait(sc *scratch, b *blobState, r *peer, q *request, now time.Time) Wait {
+	w := len(q.rem)
+	// Chunks left that a full candidate holds.
+	contested := make([]uint64, w)
+	some := false
+	for i := range sc.cands {
+		if !sc.cands[i].full {
+			continue
+		}
+		m := sc.masks[i*w : (i+1)*w]
+		for j := range contested {
+			contested[j] |= m[j] & q.rem[j]
+			some = some || contested[j] != 0
+		}
+	}
+	if !some || len(b.leased) == 0 {
+		return Wait{}
+	}
+	type spot struct {
+		word, bit int
+		chunk     uint32
+	}
+	var spots []spot
+	for i, x := range contested {
+		for x != 0 {
+			bit := bits.TrailingZeros64(x)
+			x &= x - 1
+			spots = append(spots, spot{i, bit, q.at(i, bit)})
+		}
+	}
+	// Spots are in ascending chunk order (request space keeps it), so a
+	// lease's range is a binary search away.
+	future := make([]bool, len(spots))
+	var fetchers []string
+	oldest := now.UnixNano() - s.cfg.PeerTTL.Nanoseconds()
+	avoid := r.rep != nil && len(r.rep.avoid) > 0
+	for _, l := range b.leased {
+		p := l.req
+		if p == r || p.gone || !now.Before(l.expires) || s.hot[p.slot].seen < oldest || s.banned(p, now) || (avoid && r.rep.avoids(p.id, now)) {
+			continue
+		}
+		k, _ := slices.BinarySearchFunc(spots, l.lo, func(sp spot, c uint32) int { return cmpU32(sp.chunk, c) })
+		hit := false
+		for ; k < len(spots) && spots[k].chunk <= l.hi; k++ {
+			future[k], hit = true, true
+		}
+		if hit && len(fetchers) < maxTreeFetchers && !slices.Contains(fetchers, p.id) {
+			fetchers = append(fetchers, p.id)
+		}
+	}
+	nowNs := now.UnixNano()
+	for k, sp := range spots {
+		if !future[k] {
+			return Wait{} // no future holder: served over the cap
+		}
+		since, ok := r.waits[waitKey{b.digest, sp.chunk}]
+		if ok && nowNs-since >= starveAfter.Nanoseconds() {
+			return Wait{} // waited long enough: served over the cap
+		}
+		if !ok && len(r.waits) >= maxWaitsPerPeer {
+			return Wait{} // cannot remember the wait: do not make it
+		}
+	}
+	var wt Wait
+	for _, sp := range spots {
+		q.rem[sp.word] &^= 1 << sp.bit
+		q.left--
+		wt.Chunks = append(wt.Chunks, sp.chunk)
+	}
+	slices.Sort(fetchers)
+	wt.Fetchers = fetchers
+	wt.RetryAfter = min(treeRetry, s.cfg.WaitRetry)
+	return wt
+}
+
+// noteWaits records, under the write lock, when r started waiting for
+// the chunks of blob in tw, and forgets the waits for chunks r was given
+// a parent or an origin turn for.
+func (s *State) noteWaits(r *peer, blob rafs.Digest, ans *Answer, tw []uint32, now time.Time) {
+	if len(r.waits) > 0 {
+		for _, p := range ans.Parents {
+			for _, c := range p.Chunks {
+				delete(r.waits, waitKey{blob, c})
+			}
+		}
+		for _, c := range ans.Origin {
+			delete(r.waits, waitKey{blob, c})
+		}
+	}
+	if len(tw) == 0 {
+		if len(r.waits) == 0 {
+			r.waits = nil
+		}
+		return
+	}
+	nowNs := now.UnixNano()
+	if r.waits == nil {
+		r.waits = map[waitKey]int64{}
+	}
+	if len(r.waits)+len(tw) > maxWaitsPerPeer {
+		// Forget waits long past: their chunks were surely served.
+		for k, t := range r.waits {
+			if nowNs-t > 4*starveAfter.Nanoseconds() {
+				delete(r.waits, k)
+			}
+		}
+	}
+	for _, c := range tw {
+		k := waitKey{blob, c}
+		if _, ok := r.waits[k]; !ok && len(r.waits) < maxWaitsPerPeer {
+			r.waits[k] = nowNs
+		}
+	}
+}
+
+func cmpU32(a, b uint32) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
