@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
+
+	"damselfly/proxy/upstream"
 )
 
 // maxErrorBody bounds the body read from an error response for messages.
@@ -47,7 +48,7 @@ func readRange(resp *http.Response, off int64, p []byte) error {
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 		cr := resp.Header.Get("Content-Range")
-		start, end, total, err := parseContentRange(cr)
+		start, end, total, err := upstream.ParseContentRange(cr)
 		if err != nil {
 			return fmt.Errorf("%w: %w", errBadResponse, err)
 		}
@@ -80,50 +81,5 @@ func newStatusError(resp *http.Response) *statusError {
 	if s := strings.TrimSpace(string(body)); s != "" {
 		msg += ": " + s
 	}
-	return &statusError{Code: resp.StatusCode, Msg: msg, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
-}
-
-// parseRetryAfter reads Retry-After as seconds or an HTTP date relative to
-// now; 0 if absent or malformed.
-func parseRetryAfter(s string, now time.Time) time.Duration {
-	if s == "" {
-		return 0
-	}
-	if secs, err := strconv.Atoi(s); err == nil && secs > 0 {
-		return time.Duration(secs) * time.Second
-	}
-	if t, err := http.ParseTime(s); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
-}
-
-// parseContentRange parses "bytes START-END/TOTAL"; total is -1 for "*".
-func parseContentRange(s string) (start, end, total int64, err error) {
-	bad := fmt.Errorf("malformed Content-Range %q", s)
-	spec, ok := strings.CutPrefix(s, "bytes ")
-	if !ok {
-		return 0, 0, 0, bad
-	}
-	rng, size, ok := strings.Cut(spec, "/")
-	if !ok {
-		return 0, 0, 0, bad
-	}
-	first, last, ok := strings.Cut(rng, "-")
-	if !ok {
-		return 0, 0, 0, bad
-	}
-	if start, err = strconv.ParseInt(first, 10, 64); err != nil || start < 0 {
-		return 0, 0, 0, bad
-	}
-	if end, err = strconv.ParseInt(last, 10, 64); err != nil || end < start {
-		return 0, 0, 0, bad
-	}
-	total = -1
-	if size != "*" {
-		if total, err = strconv.ParseInt(size, 10, 64); err != nil || total <= end {
-			return 0, 0, 0, bad
-		}
-	}
-	return start, end, total, nil
+	return &statusError{Code: resp.StatusCode, Msg: msg, RetryAfter: upstream.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 }

@@ -73,5 +73,5 @@ func newStatusError(resp *http.Response) *StatusError {
 	if s := strings.TrimSpace(string(body)); s != "" {
 		msg += ": " + s
 	}
-	return &StatusError{Code: resp.StatusCode, Msg: msg, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+	return &StatusError{Code: resp.StatusCode, Msg: msg, RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 }

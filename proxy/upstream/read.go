@@ -88,7 +88,7 @@ func readRange(resp *http.Response, off int64, p []byte) error {
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 		cr := resp.Header.Get("Content-Range")
-		start, end, total, err := parseContentRange(cr)
+		start, end, total, err := ParseContentRange(cr)
 		if err != nil {
 			return fmt.Errorf("%w: %w", errBadResponse, err)
 		}
@@ -117,7 +117,7 @@ func readRange(resp *http.Response, off int64, p []byte) error {
 }
 
 // parseContentRange parses "bytes START-END/TOTAL"; total is -1 for "*".
-func parseContentRange(s string) (start, end, total int64, err error) {
+func ParseContentRange(s string) (start, end, total int64, err error) {
 	bad := fmt.Errorf("malformed Content-Range %q", s)
 	spec, ok := strings.CutPrefix(s, "bytes ")
 	if !ok {
@@ -148,7 +148,7 @@ func parseContentRange(s string) (start, end, total int64, err error) {
 
 // parseRetryAfter reads Retry-After as seconds or an HTTP date relative
 // to now; 0 if absent or malformed.
-func parseRetryAfter(s string, now time.Time) time.Duration {
+func ParseRetryAfter(s string, now time.Time) time.Duration {
 	if s == "" {
 		return 0
 	}

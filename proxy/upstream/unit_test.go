@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"encoding/base64"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -149,9 +150,9 @@ func FuzzParseContentRange(f *testing.F) {
 	f.Add("bytes 5-9/*")
 	f.Add("bytes 9-5/10")
 	f.Fuzz(func(t *testing.T, s string) {
-		start, end, total, err := parseContentRange(s)
+		start, end, total, err := ParseContentRange(s)
 		if err == nil && (start < 0 || end < start || (total >= 0 && total <= end)) {
-			t.Errorf("parseContentRange(%q) = %d, %d, %d: inconsistent", s, start, end, total)
+			t.Errorf("ParseContentRange(%q) = %d, %d, %d: inconsistent", s, start, end, total)
 		}
 	})
 }
@@ -165,5 +166,50 @@ func TestBackoff(t *testing.T) {
 	}
 	if d := backoff(1, time.Hour); d != maxRetryAfter {
 		t.Errorf("backoff with Retry-After 1h: got %v, want %v", d, maxRetryAfter)
+	}
+}
+
+func TestParseContentRange(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in                string
+		start, end, total int64
+		ok                bool
+	}{
+		{"bytes 0-9/10", 0, 9, 10, true},
+		{"bytes 5-5/*", 5, 5, -1, true},
+		{"bytes 5-4/10", 0, 0, 0, false},
+		{"bytes 0-9/9", 0, 0, 0, false},
+		{"bytes -1-9/10", 0, 0, 0, false},
+		{"bytes 0-9", 0, 0, 0, false},
+		{"items 0-9/10", 0, 0, 0, false},
+		{"", 0, 0, 0, false},
+	}
+	for _, tt := range tests {
+		s, e, n, err := ParseContentRange(tt.in)
+		if (err == nil) != tt.ok || (tt.ok && (s != tt.start || e != tt.end || n != tt.total)) {
+			t.Errorf("%q: got %d %d %d %v, want %d %d %d ok=%v", tt.in, s, e, n, err, tt.start, tt.end, tt.total, tt.ok)
+		}
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in   string
+		want time.Duration
+	}{
+		{"", 0},
+		{"3", 3 * time.Second},
+		{"-3", 0},
+		{"soon", 0},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
+	}
+	for _, tt := range tests {
+		if got := ParseRetryAfter(tt.in, now); got != tt.want {
+			t.Errorf("%q: got %s, want %s", tt.in, got, tt.want)
+		}
 	}
 }
