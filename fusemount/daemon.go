@@ -160,11 +160,15 @@ func Run(ctx context.Context, opts Options) (err error) {
 		d.server.Serve()
 		close(served)
 	}()
-	if err := d.server.WaitMount(); err != nil {
-		d.unmount(mp)
-		<-served
-		return fmt.Errorf("mount %s: %w", mp, err)
-	}
+	// No WaitMount: NewServer returns once the mount exists (both the
+	// direct mount and fusermount3 are done by then), and WaitMount's
+	// only other work is go-fuse's poll hack, which opens, polls and
+	// closes a file on this very mount. A daemon killed while that close
+	// waits for its own reply can never exit: the close holds the process
+	// and the process holds /dev/fuse, so the kernel never aborts the
+	// connection (a zombie with a dead mount, seen in CI). The hack
+	// protects processes that open files on their own mount; this daemon
+	// never does.
 	d.state.set("running")
 	d.log.Info("mounted", "image", d.image, "mountpoint", mp, "files", d.boot.InodeCount(), "ready_after", time.Since(d.started).Round(time.Millisecond))
 
