@@ -42,6 +42,11 @@ type Options struct {
 	Version string
 	// Ready, if set, is called once the filesystem is mounted and served.
 	Ready func(*Daemon)
+	// SelfAccess says this process will itself open files on the mount
+	// (tests that mount in-process). It runs go-fuse's poll hack once
+	// mounted, which such a process needs; a daemon must leave it off:
+	// killed during the hack, it could never exit.
+	SelfAccess bool
 }
 
 // Daemon is one mounted image. It lives exactly as long as its mount.
@@ -160,15 +165,22 @@ func Run(ctx context.Context, opts Options) (err error) {
 		d.server.Serve()
 		close(served)
 	}()
-	// No WaitMount: NewServer returns once the mount exists (both the
-	// direct mount and fusermount3 are done by then), and WaitMount's
-	// only other work is go-fuse's poll hack, which opens, polls and
-	// closes a file on this very mount. A daemon killed while that close
-	// waits for its own reply can never exit: the close holds the process
-	// and the process holds /dev/fuse, so the kernel never aborts the
-	// connection (a zombie with a dead mount, seen in CI). The hack
-	// protects processes that open files on their own mount; this daemon
-	// never does.
+	// NewServer returns once the mount exists (both the direct mount and
+	// fusermount3 are done by then). WaitMount adds go-fuse's poll hack,
+	// which opens, polls and closes a file on this very mount: needed by
+	// a process that opens files on its own mount (Go's netpoller would
+	// otherwise send the kernel POLL requests for them), and dangerous in
+	// a daemon killed while that close waits for its own reply, which
+	// can then never exit (a zombie holding /dev/fuse and a dead mount,
+	// seen in CI). The daemon never reads its own mount, so only a
+	// process that does (tests mounting in-process) asks for it.
+	if opts.SelfAccess {
+		if err := d.server.WaitMount(); err != nil {
+			d.unmount(mp)
+			<-served
+			return fmt.Errorf("mount %s: %w", mp, err)
+		}
+	}
 	d.state.set("running")
 	d.log.Info("mounted", "image", d.image, "mountpoint", mp, "files", d.boot.InodeCount(), "ready_after", time.Since(d.started).Round(time.Millisecond))
 

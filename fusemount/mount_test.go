@@ -94,6 +94,7 @@ func mountT(t testing.TB, opts Options) (string, *Daemon, *mounted) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *Daemon, 1)
 	opts.Ready = func(d *Daemon) { ready <- d }
+	opts.SelfAccess = true // the test reads the mount from this process
 	m := &mounted{done: make(chan struct{})}
 	go func() {
 		m.err = Run(ctx, opts)
