@@ -228,8 +228,18 @@ func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) ([]by
 	if data, ok := f.mem.Get(c.Index); ok {
 		return data, SourceMemory, nil
 	}
+	cacheChecked := false
+	if mode == modeDemand && f.cache != nil && !f.flights.busy(c.Index) {
+		// A warm read: the node cache, in the reader's goroutine, with
+		// no flight and no handoff. Two readers of one chunk may both
+		// decode it here; a miss starts the flight as below.
+		if data, ok := f.fromCache(c, true); ok {
+			return data, SourceCache, nil
+		}
+		cacheChecked = true
+	}
 	fl, rctx, leader := f.flights.start(context.WithoutCancel(ctx), c.Index)
-	if leader && !f.launch(func() { f.fetchRun(rctx, fl, c, mode) }) {
+	if leader && !f.launch(func() { f.fetchRun(rctx, fl, c, mode, cacheChecked) }) {
 		fl.run.cancel()
 		f.flights.complete(fl, nil, "", errFetcherClosed)
 	}
@@ -260,10 +270,31 @@ func (f *Fetcher) launch(fn func()) bool {
 	return true
 }
 
+// fromCache reads c from the node cache, verified, keeping it in memory
+// when keep is set; a miss is counted, and logged when it is not a plain
+// absence.
+func (f *Fetcher) fromCache(c rafs.Chunk, keep bool) ([]byte, bool) {
+	buf := make([]byte, c.Size)
+	err := f.cache.ReadChunk(c, buf)
+	if err == nil {
+		if keep {
+			f.mem.Add(c.Index, buf)
+		}
+		f.m.cacheHits.Inc()
+		return buf, true
+	}
+	if !errors.Is(err, cache.ErrNotFound) {
+		f.log.Warn("node cache read failed; fetching instead", "chunk", c.Digest.String(), "err", err)
+	}
+	f.m.cacheMisses.Inc()
+	return nil, false
+}
+
 // fetchRun is the goroutine of the run headed by c: memory and the node
-// cache again, else a backend request for c and the missing chunks after
-// it. It completes every flight of the run. Close cancels it.
-func (f *Fetcher) fetchRun(ctx context.Context, head *flight, c rafs.Chunk, mode fetchMode) {
+// cache again (unless the caller has just missed there), else a backend
+// request for c and the missing chunks after it. It completes every
+// flight of the run. Close cancels it.
+func (f *Fetcher) fetchRun(ctx context.Context, head *flight, c rafs.Chunk, mode fetchMode, cacheChecked bool) {
 	stop := context.AfterFunc(f.bgCtx, head.run.cancel)
 	defer stop()
 	defer head.run.cancel()
@@ -271,21 +302,11 @@ func (f *Fetcher) fetchRun(ctx context.Context, head *flight, c rafs.Chunk, mode
 		f.flights.complete(head, data, SourceMemory, nil)
 		return
 	}
-	if f.cache != nil {
-		buf := make([]byte, c.Size)
-		err := f.cache.ReadChunk(c, buf)
-		if err == nil {
-			if mode != modePrefetch {
-				f.mem.Add(c.Index, buf)
-			}
-			f.m.cacheHits.Inc()
-			f.flights.complete(head, buf, SourceCache, nil)
+	if f.cache != nil && !cacheChecked {
+		if data, ok := f.fromCache(c, mode != modePrefetch); ok {
+			f.flights.complete(head, data, SourceCache, nil)
 			return
 		}
-		if !errors.Is(err, cache.ErrNotFound) {
-			f.log.Warn("node cache read failed; fetching instead", "chunk", c.Digest.String(), "err", err)
-		}
-		f.m.cacheMisses.Inc()
 	}
 	headDone := func() {}
 	if mode == modeDemand {
@@ -503,7 +524,7 @@ func (f *Fetcher) putCache(k rafs.Chunk, stored []byte) {
 // Readahead fetches, in the background, the chunks of file in after
 // chunk idx, when they are not already at hand. It never blocks.
 func (f *Fetcher) Readahead(in rafs.Inode, idx uint32) {
-	if f.cfg.ReadaheadChunks <= 0 {
+	if f.cfg.ReadaheadChunks <= 0 || idx+1 >= in.DataCount {
 		return
 	}
 	select {
@@ -511,18 +532,37 @@ func (f *Fetcher) Readahead(in rafs.Inode, idx uint32) {
 	default:
 		return // enough readahead running
 	}
-	started := f.launch(func() {
+	// Every chunk of the window not at hand gets its fetch now, before
+	// the reader's own read goes on, so that the reader's next reads
+	// join these flights (a run merges chunks adjacent in the blob, as
+	// for a reader). The slot is held until they are done, which bounds
+	// readahead.
+	var heads []*flight
+	for i := idx + 1; i < in.DataCount && i <= idx+uint32(f.cfg.ReadaheadChunks); i++ {
+		c, err := f.b.FileChunk(in, i)
+		if err != nil {
+			break
+		}
+		if f.mem.Contains(c.Index) || f.flights.busy(c.Index) {
+			continue
+		}
+		fl, rctx, leader := f.flights.start(f.bgCtx, c.Index)
+		if !leader {
+			continue
+		}
+		if !f.launch(func() { f.fetchRun(rctx, fl, c, modeReadahead, false) }) {
+			fl.run.cancel()
+			f.flights.complete(fl, nil, "", errFetcherClosed)
+			break
+		}
+		f.m.readahead.Inc()
+		heads = append(heads, fl)
+	}
+	started := len(heads) > 0 && f.launch(func() {
 		defer func() { <-f.raSem }()
-		for i := idx + 1; i < in.DataCount && i <= idx+uint32(f.cfg.ReadaheadChunks); i++ {
-			c, err := f.b.FileChunk(in, i)
-			if err != nil {
-				return
-			}
-			if f.mem.Contains(c.Index) {
-				continue
-			}
-			if _, _, err := f.chunk(f.bgCtx, c, modeReadahead); err != nil {
-				return
+		for _, fl := range heads {
+			if _, _, err := f.flights.wait(f.bgCtx, fl); err != nil && f.bgCtx.Err() == nil {
+				f.log.Debug("readahead fetch failed", "err", err)
 			}
 		}
 	})

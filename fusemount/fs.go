@@ -209,9 +209,11 @@ func (f *rafsFS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.Stat
 	return fuse.OK
 }
 
-// handle is an open regular file: the inode, decoded once.
+// handle is an open regular file: the inode, decoded once, and where
+// its reads have got to, which tells sequential reading from random.
 type handle struct {
-	in rafs.Inode
+	in  rafs.Inode
+	seq seqTracker
 }
 
 func (f *rafsFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
@@ -245,14 +247,21 @@ func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 	if !ok {
 		return nil, fuse.EBADF
 	}
-	ino := v.(*handle).in
+	h := v.(*handle)
+	ino := h.in
 	if in.Offset >= ino.Size {
 		return fuse.ReadResultData(nil), fuse.OK
 	}
 	size := min(uint64(len(buf)), ino.Size-in.Offset)
-	ctx, stop := cancelContext(cancel)
-	defer stop()
+	ctx := requestContext(cancel)
 	cs := uint64(f.b.ChunkSize())
+	if ra, ok := f.chunks.(Readaheader); ok {
+		// Start on the chunks after this read before waiting for it,
+		// so that their fetch overlaps this one.
+		if last, ok := h.seq.advance(in.Offset, size, cs); ok {
+			ra.Readahead(ino, last)
+		}
+	}
 	done := uint64(0)
 	for done < size {
 		off := in.Offset + done
@@ -307,21 +316,34 @@ func (f *rafsFS) pathOf(in rafs.Inode) string {
 	return "/" + strings.Join(parts, "/")
 }
 
-// cancelContext turns go-fuse's cancel channel (closed when the kernel
-// interrupts the request) into a context.
-func cancelContext(cancel <-chan struct{}) (context.Context, func()) {
-	ctx, stop := context.WithCancel(context.Background())
+// requestContext turns go-fuse's cancel channel (closed when the kernel
+// interrupts the request) into a context, without a goroutine per
+// request: its Done is the channel itself. It must not outlive the
+// request, since go-fuse reuses the channel; the read path only waits on
+// it (fetches run under contexts of their own).
+func requestContext(cancel <-chan struct{}) context.Context {
 	if cancel == nil {
-		return ctx, stop
+		return context.Background()
 	}
-	go func() {
-		select {
-		case <-cancel:
-			stop()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, stop
+	return interruptCtx{Context: context.Background(), done: cancel}
+}
+
+// interruptCtx is a request's context: no deadline, no values, done
+// when the kernel interrupts the request.
+type interruptCtx struct {
+	context.Context
+	done <-chan struct{}
+}
+
+func (c interruptCtx) Done() <-chan struct{} { return c.done }
+
+func (c interruptCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.Canceled
+	default:
+		return nil
+	}
 }
 
 func (f *rafsFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {

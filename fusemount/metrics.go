@@ -32,6 +32,7 @@ type Metrics struct {
 	verifyFailures prometheus.Counter
 	errors         prometheus.Counter
 	inflight       prometheus.Gauge
+	readahead      prometheus.Counter
 	prefetchDone   prometheus.Gauge
 	prefetchTotal  prometheus.Gauge
 }
@@ -55,11 +56,12 @@ func NewMetrics() *Metrics {
 		verifyFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "damselfly_mount_verify_failures_total", Help: "Fetched chunks that failed digest verification."}),
 		errors:         prometheus.NewCounter(prometheus.CounterOpts{Name: "damselfly_mount_read_errors_total", Help: "Reads that failed (returned EIO)."}),
 		inflight:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "damselfly_mount_fetches_in_flight", Help: "Backend requests in flight."}),
+		readahead:      prometheus.NewCounter(prometheus.CounterOpts{Name: "damselfly_mount_readahead_fetches_total", Help: "Fetches started ahead of sequential readers (each of one chunk or a run of them)."}),
 		prefetchDone:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "damselfly_mount_prefetch_done_chunks", Help: "Prefetch progress: chunks handled."}),
 		prefetchTotal:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "damselfly_mount_prefetch_total_chunks", Help: "Prefetch progress: chunks planned."}),
 	}
 	r.MustRegister(m.reads, m.readBytes, m.readSeconds, m.backendBytes, m.cacheHits, m.cacheMisses, m.cacheErrors,
-		m.verifyFailures, m.errors, m.inflight, m.prefetchDone, m.prefetchTotal)
+		m.verifyFailures, m.errors, m.inflight, m.readahead, m.prefetchDone, m.prefetchTotal)
 	return m
 }
 
