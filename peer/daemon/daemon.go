@@ -86,6 +86,7 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("chunk exchange: %w", err)
 	}
 	d.onClose(d.exch.Close)
+	d.reg.MustRegister(newExchangeCollector(d.exch))
 
 	var router peer.Router
 	if scfg, ok := cfg.scheduler(); ok {

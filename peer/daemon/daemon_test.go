@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -252,6 +253,44 @@ func TestTwoPeersAndAScheduler(t *testing.T) {
 	if s := b.Node().Stats(); s.PeerChunks != int64(len(img.chunks)) {
 		t.Errorf("B: %d chunks from peers, want %d", s.PeerChunks, len(img.chunks))
 	}
+	// A's /metrics shows what it uploaded to B.
+	var stored int64
+	for _, c := range img.chunks {
+		stored += int64(c.CompressedSize)
+	}
+	for name, want := range map[string]int64{
+		"damselfly_exchange_chunks_sent_total": int64(len(img.chunks)),
+		"damselfly_exchange_bytes_sent_total":  stored,
+	} {
+		if got := metricValue(t, a.ProxyURL()+"/metrics", name); got != float64(want) {
+			t.Errorf("A's %s: got %v, want %d", name, got, want)
+		}
+	}
+}
+
+// metricValue reads one unlabelled sample from a Prometheus text page.
+func metricValue(t *testing.T, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s has no sample of %s", url, name)
+	return 0
 }
 
 func TestAlonePeerWithoutScheduler(t *testing.T) {
