@@ -30,7 +30,8 @@
 //     pieces (package piece) read as raw chunks under the blob's plain
 //     key, the piece tables this node checked (served to peers over
 //     exchange.TableProtocolID), a table fetched from a holder, and the
-//     recording of a blob streaming from the origin.
+//     recording of a blob streaming from the origin; plain_store.go keeps
+//     the checked tables on disk across restarts.
 //   - metrics.go: Prometheus counters and Stats, by source.
 //   - preheat*.go: Preheater, which answers a scheduler's preheat stream
 //     (scheduler/preheatwire): opens the image through the registry,

@@ -86,8 +86,15 @@ func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r Router, origin Origi
 	if err := hold.load(); err != nil {
 		return nil, err
 	}
+	plain := newPlainState(newTableStore(cfg.HoldingsDir, log))
+	tables, err := plain.store.load()
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tables {
+		plain.add(t, false)
+	}
 	life, stop := context.WithCancel(context.Background())
-	plain := newPlainState()
 	n := &Node{
 		cfg: cfg, h: h, cache: c, router: r, origin: pieceOrigin{origin, plain},
 		transient: upstream.IsTransient,

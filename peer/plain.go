@@ -62,6 +62,8 @@ var _ proxy.BlobSource = (*Node)(nil)
 
 // plainState is the node's piece tables. Safe for concurrent use.
 type plainState struct {
+	store tableStore
+
 	mu      sync.Mutex
 	tables  map[rafs.Digest]*plainTable
 	order   []rafs.Digest // of tables, oldest first
@@ -105,8 +107,9 @@ type tableSource struct {
 	at       time.Time
 }
 
-func newPlainState() *plainState {
+func newPlainState(store tableStore) *plainState {
 	return &plainState{
+		store:   store,
 		tables:  make(map[rafs.Digest]*plainTable),
 		pending: make(map[rafs.Digest]tableSource),
 		turns:   make(map[rafs.Digest]struct{}),
@@ -133,23 +136,38 @@ func (p *plainState) lookup(blob rafs.Digest) ([]byte, bool) {
 	return nil, false
 }
 
+// keep adds a verified table, persisting it unless it comes from the
+// store.
 func (p *plainState) keep(t *piece.Table) {
+	p.add(t, true)
+}
+
+func (p *plainState) add(t *piece.Table, persist bool) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if _, ok := p.tables[t.Blob]; ok {
+		p.mu.Unlock()
 		return
 	}
+	var dropped []rafs.Digest
 	for len(p.order) >= maxPlainTables {
+		dropped = append(dropped, p.order[0])
 		delete(p.tables, p.order[0])
 		p.order = p.order[1:]
 	}
-	p.tables[t.Blob] = &plainTable{t: t, enc: t.Encode()}
+	e := &plainTable{t: t, enc: t.Encode()}
+	p.tables[t.Blob] = e
 	p.order = append(p.order, t.Blob)
+	p.mu.Unlock()
+	for _, b := range dropped {
+		p.store.remove(b)
+	}
+	if persist {
+		p.store.write(t.Blob, e.enc)
+	}
 }
 
 func (p *plainState) forget(blob rafs.Digest) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	delete(p.tables, blob)
 	delete(p.pending, blob)
 	for i, b := range p.order {
@@ -158,6 +176,8 @@ func (p *plainState) forget(blob rafs.Digest) {
 			break
 		}
 	}
+	p.mu.Unlock()
+	p.store.remove(blob)
 }
 
 func (p *plainState) setPending(blob rafs.Digest, src tableSource) {
