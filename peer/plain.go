@@ -323,10 +323,22 @@ func (n *Node) dropPieces(blob rafs.Digest, t *piece.Table) {
 }
 
 // ReadPieces implements proxy.BlobSource: ReadChunks of pieces [first,
-// last) of t, under the blob's plain key.
+// last) of t, under the blob's plain key. With a nil deliver only the
+// pieces the node cache does not hold are fetched (into the cache).
 func (n *Node) ReadPieces(ctx context.Context, up proxy.Upstream, t *piece.Table, first, last int,
 	deliver func(i int, c rafs.Chunk, b []byte) error) error {
-	return n.ReadChunks(ctx, up, n.plain.key(t.Blob), t.Chunks(first, last), deliver)
+	cs := t.Chunks(first, last)
+	if deliver == nil {
+		missing := cs[:0]
+		for _, c := range cs {
+			if !n.cache.Has(c.Digest) {
+				missing = append(missing, c)
+			}
+		}
+		cs = missing
+		deliver = func(int, rafs.Chunk, []byte) error { return nil }
+	}
+	return n.ReadChunks(ctx, up, n.plain.key(t.Blob), cs, deliver)
 }
 
 // RecordBlob implements proxy.BlobSource: the returned recorder cuts the

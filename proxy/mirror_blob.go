@@ -279,7 +279,7 @@ func (p *piecePrefetch) start(ctx context.Context, first int) {
 	p.done, p.stop = make(chan struct{}), cancel
 	go func() {
 		defer close(p.done)
-		_ = p.bs.ReadPieces(ctx, p.up, p.t, first, end, func(int, rafs.Chunk, []byte) error { return nil })
+		_ = p.bs.ReadPieces(ctx, p.up, p.t, first, end, nil)
 	}()
 }
 

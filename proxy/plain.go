@@ -28,7 +28,8 @@ type BlobSource interface {
 	SettleTable(blob rafs.Digest, t *piece.Table, matched bool)
 	// ReadPieces reads pieces [first, last) of t as ChunkSource.ReadChunks
 	// reads chunks: deliver gets each piece's bytes, in order, after they
-	// matched the table's digest.
+	// matched the table's digest. A nil deliver only fetches the pieces
+	// the node does not hold, so that a later read finds them.
 	ReadPieces(ctx context.Context, up Upstream, t *piece.Table, first, last int,
 		deliver func(i int, c rafs.Chunk, b []byte) error) error
 	// RecordBlob returns a recorder for blob's bytes as they stream from
