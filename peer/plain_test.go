@@ -74,7 +74,7 @@ type mirrorNode struct {
 // cache itself if wrap is nil, without the server's own check so that a
 // wrapped store's bad bytes reach the requester) and its mirror, with the
 // registry as default origin.
-func newMirrorNode(t testing.TB, key string, st *scheduler.State, reg *plainRegistry, wrap func(*cache.Cache) exchange.Store) *mirrorNode {
+func newMirrorNode(t testing.TB, key string, st *scheduler.State, reg *plainRegistry, wrap func(*cache.Cache) exchange.Store, edit ...func(*NodeConfig)) *mirrorNode {
 	t.Helper()
 	h, err := dhost.New(t.Context(), dhost.Config{
 		IdentityFile:   filepath.Join(t.TempDir(), "identity.key"),
@@ -110,6 +110,9 @@ func newMirrorNode(t testing.TB, key string, st *scheduler.State, reg *plainRegi
 	t.Cleanup(up.Close)
 	cfg := testConfig()
 	cfg.PieceSize = piece.MinSize
+	for _, e := range edit {
+		e(&cfg)
+	}
 	nd, err := NewNode(cfg, h, c, newRouter(t, st, h), up, testLog())
 	if err != nil {
 		t.Fatal(err)

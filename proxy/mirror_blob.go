@@ -10,16 +10,21 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"damselfly/peer/piece"
 	"damselfly/proxy/upstream"
 	"damselfly/rafs"
 )
 
-// piecesPerRead is how many pieces one ReadChunks call asks for while a
-// plain blob is served from pieces; the next window is fetched while this
-// one is written, so about two windows are in memory per response.
-const piecesPerRead = 4
+// piecesPerRead is how many pieces one ReadPieces call asks for while a
+// plain blob is served from pieces, and prefetchWindows how many windows
+// after the one being written are fetched meanwhile: with 4 MiB pieces,
+// at most 48 MiB are in flight per response.
+const (
+	piecesPerRead   = 4
+	prefetchWindows = 2
+)
 
 // errNothingSent is servePieces' error when it failed before sending a
 // byte, so the blob can still come from the origin.
@@ -156,11 +161,11 @@ func (s *Server) servePieces(w http.ResponseWriter, r *http.Request, bs BlobSour
 			return err
 		}
 	}
-	prefetch := &piecePrefetch{bs: bs, up: up, t: t}
-	defer prefetch.cancel()
+	prefetch := newPrefetch(ctx, bs, up, t)
+	defer prefetch.stop()
 	for first := 0; first <= last; first += piecesPerRead {
 		end := min(first+piecesPerRead, last+1)
-		prefetch.start(ctx, end)
+		prefetch.ahead(end + prefetchWindows*piecesPerRead)
 		if err := bs.ReadPieces(ctx, up, t, first, end, deliver(first)); err != nil {
 			// Not the table's fault as far as anyone knows (pieces that
 			// nobody could serve in time): nothing is settled.
@@ -253,41 +258,42 @@ func parseRange(h string, size int64) (off, end int64, ok bool) {
 	return off, end, true
 }
 
-// piecePrefetch fetches the next window of pieces in the background
-// (into the node cache, collapsed with the read that then asks for them).
+// piecePrefetch fetches the windows of pieces after the one being read
+// in the background, into the node cache. The read of a window joins the
+// fetches in progress for its pieces (the node collapses fetches by
+// digest), so up to prefetchWindows+1 windows are in flight at once, over
+// as many exchange streams.
 type piecePrefetch struct {
-	bs   BlobSource
-	up   Upstream
-	t    *piece.Table
-	done chan struct{}
-	stop context.CancelFunc
+	bs     BlobSource
+	up     Upstream
+	t      *piece.Table
+	ctx    context.Context
+	cancel context.CancelFunc
+	next   int // first piece not yet asked for
+	wg     sync.WaitGroup
 }
 
-// start waits for the prefetch in progress (the window about to be read)
-// and fetches the window beginning at piece first.
-func (p *piecePrefetch) start(ctx context.Context, first int) {
-	if p.done != nil {
-		<-p.done
-		p.stop()
-		p.done = nil
-	}
-	if first >= p.t.Count() {
-		return
-	}
-	end := min(first+piecesPerRead, p.t.Count())
+func newPrefetch(ctx context.Context, bs BlobSource, up Upstream, t *piece.Table) *piecePrefetch {
 	ctx, cancel := context.WithCancel(ctx)
-	p.done, p.stop = make(chan struct{}), cancel
-	go func() {
-		defer close(p.done)
-		_ = p.bs.ReadPieces(ctx, p.up, p.t, first, end, nil)
-	}()
+	return &piecePrefetch{bs: bs, up: up, t: t, ctx: ctx, cancel: cancel, next: piecesPerRead}
 }
 
-// cancel stops the prefetch in progress, if any, and waits for it.
-func (p *piecePrefetch) cancel() {
-	if p.done != nil {
-		p.stop()
-		<-p.done
-		p.done = nil
+// ahead starts the fetches of the windows before piece limit.
+func (p *piecePrefetch) ahead(limit int) {
+	for p.next < min(limit, p.t.Count()) {
+		first := p.next
+		end := min(first+piecesPerRead, p.t.Count())
+		p.next = end
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			_ = p.bs.ReadPieces(p.ctx, p.up, p.t, first, end, nil)
+		}()
 	}
+}
+
+// stop ends the fetches in progress and waits for them.
+func (p *piecePrefetch) stop() {
+	p.cancel()
+	p.wg.Wait()
 }
