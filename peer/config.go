@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"damselfly/peer/piece"
 )
 
 // NodeConfig configures a Node. Default gives every field a working
@@ -45,6 +47,10 @@ type NodeConfig struct {
 	// HoldingsFlushInterval is how often changed holdings are written to
 	// HoldingsDir.
 	HoldingsFlushInterval time.Duration `mapstructure:"holdings_flush_interval"`
+	// PieceSize is the size of the pieces that plain (non-RAFS) blobs
+	// read through the mirror are cut into when this node is the first
+	// to read them from the origin (peer/PROTOCOL.md), 64 KiB to 16 MiB.
+	PieceSize int64 `mapstructure:"piece_size"`
 	// Registerer receives the node's metrics; nil keeps them unregistered
 	// (Stats still works).
 	Registerer prometheus.Registerer `mapstructure:"-"`
@@ -64,6 +70,7 @@ func DefaultNode() NodeConfig {
 		AvoidDuration:         15 * time.Minute,
 		HoldingsCheckInterval: 30 * time.Second,
 		HoldingsFlushInterval: time.Second,
+		PieceSize:             piece.DefaultSize,
 	}
 }
 
@@ -90,6 +97,9 @@ func (c NodeConfig) Validate() error {
 	}
 	if c.OriginMaxRange < 1<<10 || c.OriginMaxRange > 1<<30 {
 		errs = append(errs, fmt.Errorf("origin_max_range: %d is not in [1 KiB, 1 GiB]", c.OriginMaxRange))
+	}
+	if c.PieceSize < piece.MinSize || c.PieceSize > piece.MaxSize {
+		errs = append(errs, fmt.Errorf("piece_size: %d is not in [%d, %d]", c.PieceSize, piece.MinSize, piece.MaxSize))
 	}
 	return errors.Join(errs...)
 }

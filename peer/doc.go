@@ -26,6 +26,12 @@
 //   - holdings.go, holdings_format.go: which chunks the node holds, per
 //     blob, persisted so that they are announced again after a restart and
 //     dropped when the cache evicts them.
+//   - plain.go: plain (non-RAFS) blobs for the mirror (proxy.BlobSource):
+//     pieces (package piece) read as raw chunks under the blob's plain
+//     key, the piece tables this node checked (served to peers over
+//     exchange.TableProtocolID), a table fetched from a holder, and the
+//     recording of a blob streaming from the origin; plain_store.go keeps
+//     the checked tables on disk across restarts.
 //   - metrics.go: Prometheus counters and Stats, by source.
 //   - preheat*.go: Preheater, which answers a scheduler's preheat stream
 //     (scheduler/preheatwire): opens the image through the registry,
@@ -34,6 +40,6 @@
 //
 // Every chunk is verified against its digest before it is cached, handed
 // to a reader or announced. Subpackages: host (the libp2p host), exchange
-// (the chunk protocol), cache (the node cache), daemon (the assembled peer
-// daemon).
+// (the chunk and piece table protocols), piece (piece tables), cache (the
+// node cache), daemon (the assembled peer daemon).
 package peer

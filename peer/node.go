@@ -12,6 +12,7 @@ import (
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 
 	"damselfly/peer/cache"
+	"damselfly/peer/exchange"
 	"damselfly/proxy"
 	"damselfly/proxy/upstream"
 	"damselfly/rafs"
@@ -44,6 +45,8 @@ type Node struct {
 	m         *metrics
 	hold      *holdings
 	recent    *recent
+	plain     *plainState
+	tables    *exchange.TableServer
 
 	life context.Context // done when the node is closed
 	stop context.CancelFunc
@@ -83,15 +86,26 @@ func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r Router, origin Origi
 	if err := hold.load(); err != nil {
 		return nil, err
 	}
+	plain := newPlainState(newTableStore(cfg.HoldingsDir, log))
+	tables, err := plain.store.load()
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tables {
+		plain.add(t, false)
+	}
 	life, stop := context.WithCancel(context.Background())
-	return &Node{
-		cfg: cfg, h: h, cache: c, router: r, origin: origin,
+	n := &Node{
+		cfg: cfg, h: h, cache: c, router: r, origin: pieceOrigin{origin, plain},
 		transient: upstream.IsTransient,
 		log:       log, m: m, hold: hold, recent: newRecent(),
 		life: life, stop: stop,
 		flights: make(map[rafs.Digest]*flight),
 		avoid:   make(map[lpeer.ID]time.Time),
-	}, nil
+		plain:   plain,
+	}
+	n.tables = exchange.NewTableServer(h, n.plain.lookup, log.With("part", "piecetable"))
+	return n, nil
 }
 
 // Run announces the chunks the node still holds from before, then keeps
@@ -152,6 +166,7 @@ func (n *Node) Close() error {
 	n.closed = true
 	n.mu.Unlock()
 	n.stop()
+	n.tables.Close()
 	n.wg.Wait()
 	return n.flushHoldings()
 }

@@ -6,7 +6,10 @@
 //   - An OCI distribution API mirror (/v2/): containerd (hosts.toml),
 //     skopeo and nydusd-style daemons use it unchanged. Manifests, tags,
 //     referrers and blobs pass through to the origin registry with the
-//     client's credentials (package upstream does the talking); the origin
+//     client's credentials (package upstream does the talking), except
+//     that a blob GET is served from peers when the node can (BlobSource,
+//     mirror_blob.go: plain blobs in pieces checked against a piece table
+//     and in full against the blob digest); the origin
 //     comes from containerd's ?ns= parameter, the X-Damselfly-Registry (or
 //     X-Dragonfly-Registry) header, or the configured default.
 //   - The batch chunk endpoint (POST /api/v1/chunks): a mount daemon asks
@@ -18,6 +21,6 @@
 //   - /healthz and /metrics (Prometheus).
 //
 // Files: config.go (Config), server.go (listeners and lifetime), mirror.go
-// (/v2/), batch.go (the batch handler and its request decoder), frame.go
+// (/v2/), plain.go and mirror_blob.go (plain blobs from peers), batch.go (the batch handler and its request decoder), frame.go
 // (the response frames), client.go (ChunkClient), metrics.go.
 package proxy

@@ -15,6 +15,7 @@ type metrics struct {
 	bytes         *prometheus.CounterVec // route
 	batchChunks   prometheus.Histogram   // chunks per batch request
 	upstreamBytes prometheus.Counter     // pass-through body bytes
+	peerBlobBytes prometheus.Counter     // plain blob bytes served from pieces
 	collectors    []prometheus.Collector
 }
 
@@ -37,8 +38,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "damselfly", Subsystem: "proxy", Name: "upstream_passthrough_bytes_total",
 			Help: "Body bytes passed through from upstream registries to clients.",
 		}),
+		peerBlobBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "damselfly", Subsystem: "proxy", Name: "plain_blob_piece_bytes_total",
+			Help: "Plain blob bytes served to clients from pieces (node cache and peers) instead of the upstream registry.",
+		}),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.bytes, m.batchChunks, m.upstreamBytes}
+	m.collectors = []prometheus.Collector{m.requests, m.bytes, m.batchChunks, m.upstreamBytes, m.peerBlobBytes}
 	for _, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register proxy metrics: %w", err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"damselfly/proxy/upstream"
+	"damselfly/rafs"
 )
 
 // Registry-selection headers: a base URL, "https://host[:port]".
@@ -125,6 +126,12 @@ func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
 		path += "?" + q.Encode()
 	}
 	ref := upstream.Ref{Registry: reg, Repo: rt.name, Authorization: r.Header.Get("Authorization")}
+	if bs, ok := s.chunks.(BlobSource); ok && rt.kind == "blobs" && r.Method == http.MethodGet {
+		if blob, err := rafs.ParseDigest(rt.ref); err == nil {
+			s.serveBlob(w, r, bs, ref, path, blob)
+			return
+		}
+	}
 	n, err := s.up.Forward(r.Context(), w, r, ref, path)
 	s.m.upstreamBytes.Add(float64(n))
 	if err != nil {

@@ -1,0 +1,68 @@
+package peer
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"damselfly/peer/piece"
+)
+
+func TestPieceTablesPersist(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var tables []*piece.Table
+	for i := range 3 {
+		data := randBytes(uint64(50+i), 2*piece.MinSize+i)
+		b, err := piece.NewBuilder(sha256.Sum256(data), piece.MinSize, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(data)
+		tb, err := b.Finish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, tb)
+	}
+	p := newPlainState(newTableStore(dir, testLog()))
+	for _, tb := range tables {
+		p.keep(tb)
+	}
+	p.forget(tables[2].Blob)
+	tdir := filepath.Join(dir, "piece-tables")
+	// A damaged file and a file holding another blob's table are dropped.
+	damaged := filepath.Join(tdir, hex.EncodeToString(tables[1].Blob[:]))
+	b, err := os.ReadFile(damaged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[20] ^= 1
+	os.WriteFile(damaged, b, 0o600)
+	wrong := filepath.Join(tdir, hex.EncodeToString(tables[2].Blob[:]))
+	os.WriteFile(wrong, tables[0].Encode(), 0o600)
+	os.WriteFile(filepath.Join(tdir, "stranger"), []byte("x"), 0o600)
+
+	loaded, err := newTableStore(dir, testLog()).load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(loaded) != 1 || !bytes.Equal(loaded[0].Encode(), tables[0].Encode()) {
+		t.Fatalf("loaded %d tables, want only the first", len(loaded))
+	}
+	for _, f := range []string{damaged, wrong} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s: still there after a failed load (%v)", f, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(tdir, "stranger")); err != nil {
+		t.Errorf("a stranger's file was touched: %v", err)
+	}
+	// Without a directory nothing is written.
+	if got, err := newTableStore("", nil).load(); err != nil || got != nil {
+		t.Fatalf("load without a dir: %v, %v", got, err)
+	}
+}
