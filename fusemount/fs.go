@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,7 +33,71 @@ type rafsFS struct {
 	handles sync.Map // fh -> *handle
 	nextFh  uint64
 	mu      sync.Mutex
+
+	// failed holds the failed chunk reads of open files (heldKey ->
+	// failure) for failHold; nfailed counts its entries, so that reads
+	// skip the lookup while there are none.
+	failed  sync.Map
+	nfailed atomic.Int32
 }
+
+// failHold is how long the failed read of a chunk through a file handle
+// answers the next read of that chunk through the same handle at once.
+// When the readahead of a page fails, the kernel at once retries that
+// page with a read of its own; without the hold the retry would wait out
+// the backend's whole deadline again, and a read() of a chunk nobody can
+// serve would fail after twice the configured deadline. The hold answers
+// one read: the kernel's retry (or an application's own, if the kernel
+// did not retry); reads after it, and reads through other handles, try
+// again in full.
+const failHold = 2 * time.Second
+
+type heldKey struct {
+	fh    uint64
+	chunk uint32
+}
+
+// recentFailure returns, and forgets, the failure of the last read of
+// chunk idx through handle fh if it failed less than failHold ago.
+func (f *rafsFS) recentFailure(fh uint64, idx uint32) error {
+	if f.nfailed.Load() == 0 {
+		return nil
+	}
+	v, ok := f.failed.LoadAndDelete(heldKey{fh, idx})
+	if !ok {
+		return nil
+	}
+	f.nfailed.Add(-1)
+	if fl := v.(failure); time.Since(fl.at) < failHold {
+		return fl.err
+	}
+	return nil
+}
+
+type failure struct {
+	at  time.Time
+	err error
+}
+
+// noteFailure records a failed read of chunk idx through handle fh for
+// recentFailure.
+func (f *rafsFS) noteFailure(fh uint64, idx uint32, err error) {
+	if _, loaded := f.failed.Swap(heldKey{fh, idx}, failure{at: time.Now(), err: err}); !loaded {
+		f.nfailed.Add(1)
+	}
+	if f.nfailed.Load() > maxHeldFailures {
+		f.failed.Range(func(k, v any) bool {
+			if time.Since(v.(failure).at) >= failHold && f.failed.CompareAndDelete(k, v) {
+				f.nfailed.Add(-1)
+			}
+			return true
+		})
+	}
+}
+
+// maxHeldFailures is how many failures are held before expired ones are
+// swept.
+const maxHeldFailures = 1024
 
 // ChunkReader is what the filesystem reads file contents through.
 type ChunkReader interface {
@@ -274,11 +339,16 @@ func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 		}
 		within := int(off - idx*cs)
 		n := min(size-done, uint64(int(seg.Len)-within))
+		if err := f.recentFailure(in.Fh, c.Index); err != nil {
+			f.log.Debug("read failed: the chunk's read failed just before", "image", f.image, "file", f.pathOf(ino), "offset", off, "chunk", c.Digest.String(), "err", err)
+			return nil, fuse.EIO
+		}
 		if err := f.chunks.ReadChunkAt(ctx, c, int(seg.Off)+within, buf[done:done+n]); err != nil {
 			if ctx.Err() != nil {
 				return nil, fuse.EINTR
 			}
 			f.log.Error("read failed", "image", f.image, "file", f.pathOf(ino), "offset", off, "chunk", c.Digest.String(), "err", err)
+			f.noteFailure(in.Fh, c.Index, err)
 			return nil, fuse.EIO
 		}
 		done += n

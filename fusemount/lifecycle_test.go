@@ -281,6 +281,66 @@ func TestRegistryFaults(t *testing.T) {
 	}
 }
 
+// A read of a chunk the registry cannot serve fails with EIO once the
+// backend's deadline has passed, not twice that: when the kernel's
+// readahead of the page fails it retries the page at once, and the mount
+// answers that retry with the failure it just gave. Once the registry is
+// back (and the hold has passed) the same read succeeds.
+func TestReadFailsAtDeadlineOnce(t *testing.T) {
+	layout, _ := corpusLayout(t)
+	fr, ref := pushToRegistry(t, layout, "sizes-rafs")
+	img, err := image.Open(context.Background(), "oci:"+layout+":sizes-rafs", image.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	fsys := img.FS(context.Background())
+	var largest string
+	var size int64
+	fs.WalkDir(fsys, ".", func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			if info, err := e.Info(); err == nil && info.Size() > size {
+				largest, size = p, info.Size()
+			}
+		}
+		return nil
+	})
+	want, err := fs.ReadFile(fsys, largest)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const deadline = 3 * time.Second
+	cfg := testConfig(t)
+	cfg.Prefetch.Enable = false
+	cfg.Backend.Deadline = deadline
+	mp, _, _ := mountT(t, Options{Image: ref, Config: cfg})
+	fr.fail.Store(1 << 30) // every blob range request answers 503
+	start := time.Now()
+	f, err := os.Open(filepath.Join(mp, largest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Read(make([]byte, 4096))
+	f.Close()
+	elapsed := time.Since(start)
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read of %s with the registry failing: got %v, want EIO", largest, err)
+	}
+	// A second wait for the deadline would end after 2*deadline.
+	if elapsed < deadline || elapsed > deadline*9/5 {
+		t.Errorf("read failed after %s, want soon after the %s deadline", elapsed, deadline)
+	}
+
+	// The hold answered only the kernel's retry through that handle: a
+	// new read tries again, and works.
+	fr.fail.Store(0)
+	got, err := os.ReadFile(filepath.Join(mp, largest))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read after the registry recovered: %v (%d bytes, want %d)", err, len(got), len(want))
+	}
+}
+
 // removeAllWhileWritten deletes dir by hand the way an operator would,
 // while the daemon may still be writing into it (a run's tail lands in
 // the cache after its reader has been served): RemoveAll can then meet a

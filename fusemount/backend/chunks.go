@@ -210,7 +210,7 @@ func (b *Backend) readChunksOCI(ctx context.Context, blob rafs.Blob, chunks []ra
 func (b *Backend) readChunksRemote(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, deliver DecodedDeliverFunc) (Source, error) {
 	next := 0 // chunks delivered
 	src, err := b.retry(ctx,
-		func(src Source, again bool) error {
+		func(ctx context.Context, src Source, again bool) error {
 			n, err := b.attemptChunks(ctx, src, blob, chunks[next:], next, deliver, again)
 			next += n
 			return err

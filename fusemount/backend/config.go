@@ -57,8 +57,9 @@ type Config struct {
 	// proxy it has no effect: Deadline alone bounds retries.
 	RetryLimit int `mapstructure:"retry_limit"`
 	// Deadline is how long one read keeps retrying transient failures,
-	// with exponential backoff, before it returns the error. The default
-	// outlasts a registry restart.
+	// with exponential backoff, before it returns the error. It bounds
+	// the whole read: an attempt still in flight when it passes is
+	// stopped. The default outlasts a registry restart.
 	Deadline time.Duration `mapstructure:"deadline"`
 	// Proxy is the local peer's registry mirror; its URL empty means none.
 	Proxy ProxyConfig `mapstructure:"proxy"`

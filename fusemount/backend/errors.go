@@ -40,6 +40,9 @@ var (
 	// not wrap context.DeadlineExceeded, which callers read as "the
 	// caller gave up".
 	errTimeout = errors.New("request timed out")
+	// errReadDeadline is the cause of an attempt's context ending when
+	// the read's Config.Deadline passes.
+	errReadDeadline = errors.New("read deadline reached")
 	// errShortBody marks a response that ended before the range did.
 	errShortBody = errors.New("response shorter than the range")
 	// errBadResponse marks a response that does not carry the range asked

@@ -13,7 +13,9 @@ import (
 // readRemote is a registry-type read: one range, retried by retry.
 func (b *Backend) readRemote(ctx context.Context, blob rafs.Blob, off int64, p []byte) (Source, error) {
 	return b.retry(ctx,
-		func(src Source, again bool) error { return b.attempt(ctx, src, blob, off, p, again) },
+		func(ctx context.Context, src Source, again bool) error {
+			return b.attempt(ctx, src, blob, off, p, again)
+		},
 		func(src Source, attempts int, elapsed time.Duration, err error) error {
 			return b.readError(blob, off, p, src, attempts, elapsed, err)
 		})
@@ -38,10 +40,16 @@ func (b *Backend) readRemote(ctx context.Context, blob rafs.Blob, off int64, p [
 //     (exponential backoff with jitter) before every retry except a
 //     fallback from the proxy to the registry, which is immediate.
 //
-// Once Config.Deadline has passed since the read began, the next
-// transient failure ends it with ErrDeadline. A *deliverError from try
-// ends the read at once and is returned as it is.
-func (b *Backend) retry(ctx context.Context, try func(src Source, again bool) error,
+// Config.Deadline bounds the whole read, attempts included: each attempt
+// gets the ctx try is called with, which ends when the deadline passes
+// (or Config.Timeout after the attempt began, whichever comes first), so
+// an attempt in flight at the deadline is cut off there, and the read
+// fails with ErrDeadline naming the last failure. A read that is still
+// failing transiently when the deadline has passed fails the same way;
+// one whose backoff ends at the deadline fails without another attempt.
+// A *deliverError from try ends the read at once and is returned as it
+// is.
+func (b *Backend) retry(ctx context.Context, try func(ctx context.Context, src Source, again bool) error,
 	fail func(src Source, attempts int, elapsed time.Duration, err error) error) (Source, error) {
 	start := b.clock.Now()
 	deadline := start.Add(b.cfg.Deadline)
@@ -59,6 +67,10 @@ func (b *Backend) retry(ctx context.Context, try func(src Source, again bool) er
 		return src, fail(src, attempts, b.clock.Now().Sub(start), err)
 	}
 	for {
+		left := deadline.Sub(b.clock.Now())
+		if left <= 0 && attempts > 0 {
+			return giveUp(fmt.Errorf("%w (%s): last failure: %w", ErrDeadline, b.cfg.Deadline, lastErr))
+		}
 		src = b.choose(bypassProxy, tryProxy)
 		tryProxy = false
 		if src == prev {
@@ -67,7 +79,12 @@ func (b *Backend) retry(ctx context.Context, try func(src Source, again bool) er
 			streak = 1
 		}
 		prev = src
-		err := try(src, attempts > 0)
+		// The clock says how much time is left; a real timer holds the
+		// attempt's I/O to it.
+		actx, stop := context.WithTimeoutCause(ctx, left, errReadDeadline)
+		err := try(actx, src, attempts > 0)
+		cut := context.Cause(actx) == errReadDeadline
+		stop()
 		attempts++
 		if err == nil {
 			return src, nil
@@ -76,10 +93,20 @@ func (b *Backend) retry(ctx context.Context, try func(src Source, again bool) er
 		if errors.As(err, &de) {
 			return src, de
 		}
-		lastErr = err
 		if ctx.Err() != nil {
-			return giveUp(fmt.Errorf("%w (last failure: %v)", ctx.Err(), lastErr))
+			return giveUp(fmt.Errorf("%w (last failure: %v)", ctx.Err(), err))
 		}
+		if cut {
+			// The deadline stopped this attempt: no verdict on the
+			// source. The failure before it, if any, says why the read
+			// failed.
+			why := fmt.Sprintf("the %s attempt in flight was stopped", src)
+			if lastErr == nil {
+				return giveUp(fmt.Errorf("%w (%s): %s", ErrDeadline, b.cfg.Deadline, why))
+			}
+			return giveUp(fmt.Errorf("%w (%s): %s; last failure: %w", ErrDeadline, b.cfg.Deadline, why, lastErr))
+		}
+		lastErr = err
 
 		sleep := true
 		switch classify(err) {

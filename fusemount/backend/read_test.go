@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -367,5 +369,95 @@ func TestClosedBackend(t *testing.T) {
 	}
 	if err := b.ReadBlob(t.Context(), blob, 0, make([]byte, 10)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("got %v, want ErrClosed", err)
+	}
+}
+
+// hang answers a request only when its client goes away (or after a
+// minute, so that a broken test still ends), counting the requests it
+// saw end that way.
+type hang struct{ gone atomic.Int64 }
+
+func (h *hang) wait(r *http.Request) {
+	// The server watches for the client going away only once the body
+	// is read, as the peer's batch endpoint reads it first.
+	io.Copy(io.Discard, r.Body)
+	select {
+	case <-r.Context().Done():
+		h.gone.Add(1)
+	case <-time.After(time.Minute):
+	}
+}
+
+// Config.Deadline bounds the whole read: an attempt still in flight when
+// it passes is stopped there (the server sees its client go away), not
+// left to run to Config.Timeout, and the read fails with ErrDeadline.
+func TestDeadlineStopsAttemptInFlight(t *testing.T) {
+	t.Parallel()
+	const deadline = 400 * time.Millisecond
+	for _, tt := range []struct {
+		name   string
+		proxy  bool // through a proxy whose every chunk or blob request hangs
+		chunks bool // ReadChunksFrom (the batch endpoint) rather than ReadBlobFrom
+		src    Source
+	}{
+		{"registry range", false, false, SourceRegistry},
+		{"registry run", false, true, SourceRegistry},
+		{"proxy range", true, false, SourceProxy},
+		{"proxy batch", true, true, SourceProxy},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := newOrigin(t)
+			cb := newChunkedBlob(31, 3000, 4000)
+			o.put(t, cb.data)
+			h := &hang{}
+			cfg := o.config()
+			cfg.Timeout = 30 * time.Second // far beyond the deadline
+			cfg.Deadline = deadline
+			if tt.proxy {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path != "/healthz" {
+						h.wait(r)
+					}
+				}))
+				t.Cleanup(srv.Close)
+				cfg.Proxy = ProxyConfig{URL: srv.URL, Fallback: false, CheckInterval: time.Second}
+			} else {
+				o.setHook(func(_ int64, _ http.ResponseWriter, r *http.Request) bool {
+					h.wait(r)
+					return true
+				})
+			}
+			b := newBackend(t, cfg)
+			start := time.Now()
+			var (
+				src Source
+				err error
+			)
+			if tt.chunks {
+				src, err = b.ReadChunksFrom(t.Context(), cb.blob, cb.chunks, func(int, rafs.Chunk, []byte) error { return nil })
+			} else {
+				src, err = b.ReadBlobFrom(t.Context(), cb.blob, 0, make([]byte, 100))
+			}
+			elapsed := time.Since(start)
+			if !errors.Is(err, ErrDeadline) {
+				t.Fatalf("got %v, want ErrDeadline", err)
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("got %v, which reads as a caller's deadline", err)
+			}
+			if src != tt.src {
+				t.Errorf("source: got %q, want %q", src, tt.src)
+			}
+			// Generous for a loaded machine under -race; without the bound
+			// the attempt would run to its 30s timeout.
+			if elapsed < deadline || elapsed > deadline+5*time.Second {
+				t.Errorf("failed after %s, want soon after the %s deadline", elapsed, deadline)
+			}
+			if !strings.Contains(err.Error(), "attempt in flight was stopped") || !strings.Contains(err.Error(), cb.blob.Digest.String()) {
+				t.Errorf("got %q, want it to name the blob and the stopped attempt", err)
+			}
+			waitFor(t, "the server to see the request stopped", func() bool { return h.gone.Load() >= 1 })
+		})
 	}
 }

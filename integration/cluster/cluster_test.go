@@ -220,18 +220,28 @@ type mount struct {
 }
 
 // mount starts `damselfly mount` of im on the node, through its peer,
-// and waits until the filesystem answers. extra is appended to the mount
-// configuration.
+// and waits until the filesystem answers. Its backend's deadline is 8s;
+// extra is appended to the mount configuration.
 func (n *node) mount(im *image, extra string) *mount {
 	n.c.t.Helper()
+	return n.mountDeadline(im, "8s", extra)
+}
+
+// mountDeadline is mount with the backend's deadline (a duration, or ""
+// for the default).
+func (n *node) mountDeadline(im *image, deadline, extra string) *mount {
+	n.c.t.Helper()
+	dl := ""
+	if deadline != "" {
+		dl = "\n  deadline: " + deadline
+	}
 	m := &mount{n: n, dir: filepath.Join(n.dir, fmt.Sprintf("mnt-%d", time.Now().UnixNano()))}
 	if err := os.MkdirAll(m.dir, 0o755); err != nil {
 		n.c.t.Fatal(err)
 	}
 	cfg := fmt.Sprintf(`backend:
   type: registry
-  retry_limit: 2
-  deadline: 8s
+  retry_limit: 2%s
   proxy:
     url: %s
     ping_url: %s/healthz
@@ -242,13 +252,13 @@ cache:
   capacity: %d
 prefetch:
   enable: false
-%s`, n.proxy, n.proxy, n.cache, n.capacity, extra)
+%s`, dl, n.proxy, n.proxy, n.cache, n.capacity, extra)
 	file := m.dir + ".yaml"
 	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
 		n.c.t.Fatal(err)
 	}
 	m.p = start(n.c.t, n.name+"-mount", "--config", file, "mount", im.ref(n.gate.host, "rafs"), m.dir)
-	deadline := time.Now().Add(30 * time.Second)
+	up := time.Now().Add(30 * time.Second)
 	for {
 		var sfs syscall.Statfs_t
 		if syscall.Statfs(m.dir, &sfs) == nil && sfs.Type == fuseSuperMagic {
@@ -257,7 +267,7 @@ prefetch:
 		if m.p.exited() {
 			n.c.t.Fatalf("%s mount exited: %v", n.name, m.p.err)
 		}
-		if time.Now().After(deadline) {
+		if time.Now().After(up) {
 			n.c.t.Fatalf("%s: mount did not come up", n.name)
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -7,6 +7,8 @@
 // registry).
 //
 // The harness is in the _test files: procs_test.go runs and stops
-// processes, registry_test.go a restartable registry, cluster_test.go a
-// cluster of nodes; each scenario has its own file.
+// processes, registry_test.go a restartable registry, gate_test.go each
+// node's road to the registry (it counts the bytes and injects faults:
+// delays, closed connections, 5xx, wrong bytes, short bodies),
+// cluster_test.go a cluster of nodes; each scenario has its own file.
 package cluster

@@ -150,6 +150,22 @@ func (p *proc) waitLine(prefix string, timeout time.Duration) string {
 	}
 }
 
+// logLine returns the first line of the process's log (stdout and
+// stderr) that contains s, or "" if none does yet.
+func (p *proc) logLine(s string) string {
+	p.t.Helper()
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, s) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
+
 // stop sends SIGTERM and waits for the exit; a process that does not exit
 // in stopTimeout is killed and the test fails. It is idempotent.
 func (p *proc) stop() {
