@@ -83,7 +83,6 @@ func (h *hedger) fire() {
 	if len(cs) == 0 {
 		return
 	}
-	h.n.m.hedge()
 	h.n.log.Debug("parent slow; hedging", "peer", h.slow, "blob", h.g.blob, "chunks", len(cs), "after", h.delay)
 	if !h.n.hedgeFetch(h.ctx, h.g, h.slow, cs) {
 		// Nobody else to ask yet: try again later.
@@ -131,6 +130,12 @@ func (h *hedger) finish() bool {
 // and leaves the origin alone: the slow parent is still sending. It
 // reports whether it asked anyone.
 func (n *Node) hedgeFetch(ctx context.Context, g *group, slow lpeer.ID, cs []rafs.Chunk) (asked bool) {
+	ask := func() {
+		if !asked {
+			asked = true
+			n.m.hedge()
+		}
+	}
 	ords := ordinalsOf(cs)
 	route, err := n.route(ctx, g.blob, ords)
 	if err != nil {
@@ -141,7 +146,7 @@ func (n *Node) hedgeFetch(ctx context.Context, g *group, slow lpeer.ID, cs []raf
 			return id == slow || n.skipParent(id)
 		}) {
 			if cs := g.chunks(ords); len(cs) > 0 {
-				asked = true
+				ask()
 				n.fetchParent(ctx, g, p, cs, false, false)
 			}
 		}
@@ -160,12 +165,12 @@ func (n *Node) hedgeFetch(ctx context.Context, g *group, slow lpeer.ID, cs []raf
 		}
 		n.recent.learn(g.blob, p.Info, p.Chunks, time.Now())
 		if cs := g.chunks(p.Chunks); len(cs) > 0 {
-			asked = true
+			ask()
 			wg.Go(func() { n.fetchParent(ctx, g, p.Info, cs, true, false) })
 		}
 	}
 	if cs := g.chunks(route.Origin); len(route.Origin) > 0 && len(cs) > 0 {
-		asked = true
+		ask()
 		wg.Go(func() { n.fetchOrigin(ctx, g, cs, true) })
 	}
 	wg.Wait()

@@ -22,7 +22,7 @@ type Stats struct {
 	Failures                              int64 // ReadChunks calls that failed
 	BadPeers                              int64 // peers reported for bad bytes
 	Collapsed                             int64 // chunk misses that joined another read's fetch
-	Hedges                                int64 // requests to a slow parent asked for a second time
+	Hedges                                int64 // requests to a slow parent sent a second time, elsewhere
 	SlowPeers                             int64 // parents cut off for making no progress in time
 	DuplicateBytes                        int64 // stored bytes that arrived second (hedged) and were dropped
 }
