@@ -20,7 +20,14 @@
 //     Router answer, parents learnt recently (recent.go) are asked, then
 //     the origin, so reads never fail because the scheduler is gone.
 //   - fetch_parent.go: the chunk exchange with one parent (peer/exchange),
-//     reporting each assignment and avoiding a parent that sent bad bytes.
+//     reporting each assignment and avoiding a parent that sent bad bytes
+//     (for AvoidDuration) or ran out of ParentTimeout (for
+//     SlowAvoidDuration: its chunks then go to recent parents or the
+//     origin at once).
+//   - fetch_hedge.go: the hedged request: a parent that delivers no chunk
+//     for HedgeDelay has the chunks it owes asked for again where the
+//     Router now says; the first verified copy wins and the slower
+//     request is cancelled.
 //   - fetch_origin.go: ranged GETs to the origin, adjacent chunks merged,
 //     each chunk verified before use.
 //   - holdings.go, holdings_format.go: which chunks the node holds, per

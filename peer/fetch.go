@@ -221,8 +221,15 @@ func (n *Node) fromCache(g *group) {
 
 // arrived handles a verified chunk of g from a peer or the origin: it is
 // cached, recorded as held and announced, then handed to its waiters (so
-// that a reader that got it can count on other peers finding it).
+// that a reader that got it can count on other peers finding it). A copy
+// that comes second (a hedged request and the one it hedged both got
+// it) is dropped.
 func (n *Node) arrived(g *group, c rafs.Chunk, stored []byte, source string) {
+	f := g.take(c.Ordinal)
+	if f == nil {
+		n.m.duplicate(len(stored))
+		return
+	}
 	cp := bytes.Clone(stored)
 	n.m.delivered(source, len(cp))
 	if err := n.cache.PutChunk(c, cp); err != nil {
@@ -231,7 +238,5 @@ func (n *Node) arrived(g *group, c rafs.Chunk, stored []byte, source string) {
 		n.hold.add(g.blob, c.Ordinal, c.Digest)
 		n.router.Announce(g.blob, []uint32{c.Ordinal})
 	}
-	if f := g.take(c.Ordinal); f != nil {
-		n.finish(f, c, cp, nil, false)
-	}
+	n.finish(f, c, cp, nil, false)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
@@ -17,8 +18,11 @@ import (
 // many requests as the protocol's limits need. Verified chunks are cached,
 // announced and handed on; missing ones stay pending for the next round.
 // A parent that sends bad bytes or breaks the protocol is avoided from
-// then on. With assigned (the Router named p), the outcome is reported.
-func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs []rafs.Chunk, assigned bool) {
+// then on; one that runs out of ParentTimeout or makes no progress is
+// avoided for SlowAvoidDuration. With assigned (the Router named p), the
+// outcome is reported. With hedge, a request that delivers nothing for
+// HedgeDelay is hedged (fetch_hedge.go).
+func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs []rafs.Chunk, assigned, hedge bool) {
 	if len(p.Addrs) > 0 {
 		n.h.Peerstore().AddAddrs(p.ID, p.Addrs, peerstore.TempAddrTTL)
 	}
@@ -27,10 +31,16 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 	cancelled := false // by this node: nothing to report about the parent
 	for _, batch := range splitBatches(cs) {
 		pctx, cancel := context.WithTimeout(ctx, n.cfg.ParentTimeout)
+		var hg *hedger
+		if hedge && n.cfg.HedgeDelay > 0 {
+			hg = n.startHedge(ctx, cancel, g, p.ID, batch)
+		}
 		res, err := exchange.Fetch(pctx, n.h, p.ID, g.blob, batch, func(c rafs.Chunk, stored []byte) error {
 			n.arrived(g, c, stored, sourcePeer)
+			hg.progress()
 			return nil
 		})
+		won := hg.finish() // the hedge got every chunk first: the request was cancelled for it
 		cancel()
 		o.Bytes += res.Bytes
 		for _, c := range res.Missing {
@@ -43,7 +53,8 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 		if err == nil {
 			continue
 		}
-		if errors.Is(err, exchange.ErrBadChunk) || errors.Is(err, exchange.ErrProtocol) {
+		switch {
+		case errors.Is(err, exchange.ErrBadChunk) || errors.Is(err, exchange.ErrProtocol):
 			o.BadBytes = true
 			switch {
 			case len(res.Bad) > 0:
@@ -54,12 +65,22 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 			n.avoidPeer(p.ID)
 			n.m.badPeer()
 			n.log.Warn("peer sent bad bytes; avoiding it", "peer", p.ID, "blob", g.blob, "chunk", o.BadChunk, "err", err)
-		} else if ctx.Err() != nil {
+		case won:
+			// Reported as failed even if the reads have gone meanwhile.
+			n.log.Debug("peer was slower than the hedge", "peer", p.ID, "blob", g.blob)
+		case ctx.Err() != nil:
 			cancelled = true
-		} else {
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
+			n.avoidSlow(p.ID)
+			n.m.slowPeer()
+			n.log.Warn("peer made no progress in time; avoiding it for a while", "peer", p.ID, "blob", g.blob,
+				"for", n.cfg.SlowAvoidDuration, "err", err)
+		default:
 			n.log.Debug("fetch from peer failed", "peer", p.ID, "blob", g.blob, "err", err)
 		}
-		g.noteErr(fmt.Errorf("peer %s: %w", p.ID, err))
+		if !won {
+			g.noteErr(fmt.Errorf("peer %s: %w", p.ID, err))
+		}
 		break // the rest would fail alike; the next round routes them again
 	}
 	o.Duration = time.Since(start)

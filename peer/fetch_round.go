@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 	now := time.Now()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, n.cfg.MaxParallelParents)
+	var elsewhere []uint32
 	for _, p := range route.Parents {
 		if p.Info.ID == n.h.ID() || len(p.Chunks) == 0 {
 			continue
@@ -40,6 +42,15 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 			// failed (which also ends its lease) and ask again soon.
 			n.router.Report(p.Info.ID, Outcome{Blob: g.blob})
 			retryAfter, waited = minWait(retryAfter, waited, minRetryDelay)
+			continue
+		}
+		if n.slowAvoided(p.Info.ID) {
+			// p stalled on this node lately, which the Router cannot
+			// know for sure (its health only fell), so it may name p
+			// again while p is the only holder. End the assignment and
+			// get its chunks from recent parents or the origin now.
+			n.router.Report(p.Info.ID, Outcome{Blob: g.blob})
+			elsewhere = append(elsewhere, p.Chunks...)
 			continue
 		}
 		cs := g.chunks(p.Chunks)
@@ -55,8 +66,12 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 				return
 			}
 			defer func() { <-sem }()
-			n.fetchParent(ctx, g, p.Info, cs, true)
+			n.fetchParent(ctx, g, p.Info, cs, true, true)
 		}()
+	}
+	if len(elsewhere) > 0 {
+		slices.Sort(elsewhere)
+		wg.Go(func() { n.fallback(ctx, g, elsewhere) })
 	}
 	if cs := g.chunks(route.Origin); len(route.Origin) > 0 && len(cs) > 0 {
 		wg.Add(1)
@@ -102,20 +117,20 @@ func (n *Node) route(ctx context.Context, blob rafs.Digest, ords []uint32) (Rout
 	return all, nil
 }
 
-// fallback fetches g's pending chunks without the Router: from up to
-// recentFallbackTo parents it learnt recently for the blob, one after the
-// other, then the rest from the origin.
+// fallback fetches the pending chunks of ords without the Router: from
+// up to recentFallbackTo parents it learnt recently for the blob, one
+// after the other, then the rest from the origin.
 func (n *Node) fallback(ctx context.Context, g *group, ords []uint32) {
 	for _, p := range n.recent.parents(g.blob, ords, recentFallbackTo, time.Now(), func(id lpeer.ID) bool {
-		return id == n.h.ID() || n.avoided(id)
+		return id == n.h.ID() || n.skipParent(id)
 	}) {
-		cs := g.chunks(nil)
+		cs := g.chunks(ords)
 		if len(cs) == 0 {
 			return
 		}
-		n.fetchParent(ctx, g, p, cs, false)
+		n.fetchParent(ctx, g, p, cs, false, false)
 	}
-	if cs := g.chunks(nil); len(cs) > 0 && ctx.Err() == nil {
+	if cs := g.chunks(ords); len(cs) > 0 && ctx.Err() == nil {
 		n.fetchOrigin(ctx, g, cs, false)
 	}
 }

@@ -1,7 +1,9 @@
 package peer
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"damselfly/peer/exchange"
 	"damselfly/rafs"
@@ -54,5 +56,21 @@ func TestNodeConfigValidate(t *testing.T) {
 	var zero NodeConfig
 	if err := zero.Validate(); err == nil {
 		t.Fatal("zero config validated")
+	}
+}
+
+func TestNodeConfigHedgeDelay(t *testing.T) {
+	c := DefaultNode()
+	c.HedgeDelay = 0 // hedging off
+	if err := c.Validate(); err != nil {
+		t.Fatalf("hedge_delay 0: %v", err)
+	}
+	c.HedgeDelay = -time.Second
+	c.SlowAvoidDuration = 0
+	err := c.Validate()
+	for _, field := range []string{"hedge_delay", "slow_avoid_duration"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("got %v, want an error naming %s", err, field)
+		}
 	}
 }

@@ -301,6 +301,11 @@ type nodeOpts struct {
 	cfg      func(*NodeConfig)
 	noVerify bool
 	cacheDir string
+	// store wraps the cache as the exchange server's Store, for a peer
+	// that misbehaves when it serves (nil: the cache itself).
+	store func(*cache.Cache) exchange.Store
+	// server edits the exchange server's configuration.
+	server func(*exchange.ServerConfig)
 }
 
 func newScheduler(t testing.TB) *scheduler.State {
@@ -337,7 +342,15 @@ func newNode(t testing.TB, keyFile string, st *scheduler.State, o nodeOpts) *nod
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	srv, err := exchange.NewServer(h, c, exchange.ServerConfig{NoVerify: o.noVerify}, nil)
+	var store exchange.Store = c
+	if o.store != nil {
+		store = o.store(c)
+	}
+	scfg := exchange.ServerConfig{NoVerify: o.noVerify}
+	if o.server != nil {
+		o.server(&scfg)
+	}
+	srv, err := exchange.NewServer(h, store, scfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

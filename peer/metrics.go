@@ -22,6 +22,9 @@ type Stats struct {
 	Failures                              int64 // ReadChunks calls that failed
 	BadPeers                              int64 // peers reported for bad bytes
 	Collapsed                             int64 // chunk misses that joined another read's fetch
+	Hedges                                int64 // requests to a slow parent sent a second time, elsewhere
+	SlowPeers                             int64 // parents cut off for making no progress in time
+	DuplicateBytes                        int64 // stored bytes that arrived second (hedged) and were dropped
 }
 
 // metrics holds a Node's counters: atomics for Stats and Prometheus
@@ -33,12 +36,17 @@ type metrics struct {
 	failures          atomic.Int64
 	badPeers          atomic.Int64
 	collapsed         atomic.Int64
+	hedges            atomic.Int64
+	slowPeers         atomic.Int64
+	duplicateBytes    atomic.Int64
 	promBytes         *prometheus.CounterVec
 	promChunks        *prometheus.CounterVec
 	promOriginReqs    prometheus.Counter
 	promOriginFetched prometheus.Counter
 	promFailures      prometheus.Counter
 	promBadPeers      prometheus.Counter
+	promHedges        prometheus.Counter
+	promSlowPeers     prometheus.Counter
 }
 
 var sourceNames = [3]string{sourceCache, sourcePeer, sourceOrigin}
@@ -78,10 +86,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "damselfly_peer_bad_peer_reports_total",
 			Help: "Peers reported for sending bad bytes or breaking the protocol.",
 		}),
+		promHedges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "damselfly_peer_hedged_requests_total",
+			Help: "Requests to a parent that delivered nothing for hedge_delay, asked for a second time.",
+		}),
+		promSlowPeers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "damselfly_peer_slow_peer_cutoffs_total",
+			Help: "Parents cut off for making no progress within parent_timeout.",
+		}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.promBytes, m.promChunks, m.promOriginReqs,
-			m.promOriginFetched, m.promFailures, m.promBadPeers} {
+			m.promOriginFetched, m.promFailures, m.promBadPeers, m.promHedges, m.promSlowPeers} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -115,6 +131,18 @@ func (m *metrics) badPeer() {
 	m.promBadPeers.Inc()
 }
 
+func (m *metrics) hedge() {
+	m.hedges.Add(1)
+	m.promHedges.Inc()
+}
+
+func (m *metrics) slowPeer() {
+	m.slowPeers.Add(1)
+	m.promSlowPeers.Inc()
+}
+
+func (m *metrics) duplicate(n int) { m.duplicateBytes.Add(int64(n)) }
+
 func (m *metrics) stats() Stats {
 	return Stats{
 		CacheBytes: m.bytes[0].Load(), PeerBytes: m.bytes[1].Load(), OriginBytes: m.bytes[2].Load(),
@@ -124,5 +152,8 @@ func (m *metrics) stats() Stats {
 		Failures:       m.failures.Load(),
 		BadPeers:       m.badPeers.Load(),
 		Collapsed:      m.collapsed.Load(),
+		Hedges:         m.hedges.Load(),
+		SlowPeers:      m.slowPeers.Load(),
+		DuplicateBytes: m.duplicateBytes.Load(),
 	}
 }

@@ -54,7 +54,8 @@ type Node struct {
 
 	mu      sync.Mutex
 	flights map[rafs.Digest]*flight
-	avoid   map[lpeer.ID]time.Time
+	avoid   map[lpeer.ID]time.Time // peers that sent bad bytes
+	slow    map[lpeer.ID]time.Time // peers cut off for making no progress
 	closed  bool
 }
 
@@ -102,6 +103,7 @@ func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r Router, origin Origi
 		life: life, stop: stop,
 		flights: make(map[rafs.Digest]*flight),
 		avoid:   make(map[lpeer.ID]time.Time),
+		slow:    make(map[lpeer.ID]time.Time),
 		plain:   plain,
 	}
 	n.tables = exchange.NewTableServer(h, n.plain.lookup, log.With("part", "piecetable"))
@@ -175,32 +177,42 @@ func (n *Node) Close() error {
 func (n *Node) Stats() Stats { return n.m.stats() }
 
 // avoided reports whether this node avoids p for having sent bad bytes.
-func (n *Node) avoided(p lpeer.ID) bool {
+func (n *Node) avoided(p lpeer.ID) bool { return n.isAvoided(n.avoid, p) }
+
+// slowAvoided reports whether this node avoids p for having stalled.
+func (n *Node) slowAvoided(p lpeer.ID) bool { return n.isAvoided(n.slow, p) }
+
+// avoidPeer stops this node asking p for AvoidDuration.
+func (n *Node) avoidPeer(p lpeer.ID) { n.avoidIn(n.avoid, p, n.cfg.AvoidDuration) }
+
+// avoidSlow stops this node asking p for SlowAvoidDuration.
+func (n *Node) avoidSlow(p lpeer.ID) { n.avoidIn(n.slow, p, n.cfg.SlowAvoidDuration) }
+
+func (n *Node) isAvoided(m map[lpeer.ID]time.Time, p lpeer.ID) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	until, ok := n.avoid[p]
+	until, ok := m[p]
 	if ok && time.Now().After(until) {
-		delete(n.avoid, p)
+		delete(m, p)
 		return false
 	}
 	return ok
 }
 
-// avoidPeer stops this node asking p for AvoidDuration.
-func (n *Node) avoidPeer(p lpeer.ID) {
+func (n *Node) avoidIn(m map[lpeer.ID]time.Time, p lpeer.ID, d time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	const maxAvoided = 4096
-	if len(n.avoid) >= maxAvoided {
+	if len(m) >= maxAvoided {
 		now := time.Now()
-		for id, until := range n.avoid {
+		for id, until := range m {
 			if now.After(until) {
-				delete(n.avoid, id)
+				delete(m, id)
 			}
 		}
 	}
-	if len(n.avoid) < maxAvoided {
-		n.avoid[p] = time.Now().Add(n.cfg.AvoidDuration)
+	if len(m) < maxAvoided {
+		m[p] = time.Now().Add(d)
 	}
 }
 

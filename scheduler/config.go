@@ -58,6 +58,11 @@ type Config struct {
 	// value in [1-Jitter/2, 1+Jitter/2).
 	Jitter float64
 
+	// RefuteDuration is how long chunks a requester found missing at a
+	// parent (Outcome.Missing) stay refuted: the parent's announcements
+	// of them are held back until then (refute.go).
+	RefuteDuration time.Duration
+
 	// BanDuration is how long a ban, and an accuser's own avoidance of
 	// the peer it accused, last. Accusations are remembered as long.
 	BanDuration time.Duration
@@ -88,6 +93,7 @@ func Default() Config {
 		FeedbackWeight:         0.2,
 		RefThroughput:          25 << 20,
 		Jitter:                 0.1,
+		RefuteDuration:         2 * time.Minute,
 		BanDuration:            15 * time.Minute,
 		BanQuorum:              2,
 		AccusationBurst:        5,
@@ -126,6 +132,7 @@ func (c Config) Validate() error {
 	if j := c.Jitter; math.IsNaN(j) || j < 0 || j >= 1 {
 		errs = append(errs, fmt.Errorf("Jitter: %v is outside [0, 1)", j))
 	}
+	positiveDur("RefuteDuration", c.RefuteDuration)
 	positiveDur("BanDuration", c.BanDuration)
 	positiveInt("BanQuorum", int64(c.BanQuorum))
 	positiveInt("AccusationBurst", int64(c.AccusationBurst))

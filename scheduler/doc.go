@@ -57,9 +57,11 @@
 //     again, and are returned by Announce to be woken when it arrives. A
 //     fetcher that neither announces nor gives up within
 //     Config.OriginTimeout loses its turn to the next peer that asks.
-//   - Feedback and bans (feedback.go): reports must name an assignment
-//     the scheduler made and are taken once each; they move a parent's
-//     moving averages. A bad-bytes accusation costs the accused one chunk
+//   - Feedback and bans (feedback.go, refute.go): reports must name an
+//     assignment the scheduler made and are taken once each; they move a
+//     parent's moving averages. Chunks a parent answered "not found" for
+//     are cleared and, for Config.RefuteDuration, not taken from its
+//     announcements again. A bad-bytes accusation costs the accused one chunk
 //     and the accuser's custom; a cluster-wide ban needs Config.BanQuorum
 //     distinct accusers, and accusations are rate-limited per reporter.
 //   - Admin views (admin.go): sorted copies of peers, blob holdings,

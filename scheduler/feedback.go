@@ -33,7 +33,9 @@ type Outcome struct {
 //
 // Every report feeds the parent's moving averages of success and
 // throughput (score.go): slow or failing parents rank lower. Missing
-// chunks are cleared from the parent's holding.
+// chunks are cleared from the parent's holding and refuted for a while
+// (refute.go), so that a peer announcing chunks it does not hold is not
+// named for them again and again.
 //
 // Bad bytes are an accusation, and the scheduler cannot check it (it
 // knows chunk ordinals, not digests or bytes). One accusation therefore
@@ -111,6 +113,7 @@ func (s *State) Report(reporterID, about string, o Outcome, now time.Time) (bann
 	if b := s.blobs[o.Blob]; b != nil && !p.gone && len(o.Missing) > 0 {
 		in := slices.DeleteFunc(slices.Clone(o.Missing), func(c uint32) bool { return c < l.lo || c > l.hi })
 		s.clearChunks(p, b, in)
+		s.refute(p, o.Blob, in, now)
 	}
 	if !o.BadBytes {
 		return false, nil

@@ -29,8 +29,12 @@ func (s *State) Announce(peerID string, blob rafs.Digest, chunks []uint32, now t
 		}
 		high = max(high, c+1)
 	}
-	if len(chunks) == 0 {
+	if chunks = s.holdBack(p, blob, chunks, now); len(chunks) == 0 {
 		return nil, nil
+	}
+	high = 0
+	for _, c := range chunks {
+		high = max(high, c+1)
 	}
 	b := s.blob(blob, true)
 	h, err := s.holding(p, b, words(high))
@@ -59,6 +63,9 @@ func (s *State) AnnounceFull(peerID string, blob rafs.Digest, held Bitset, now t
 		return nil, err
 	}
 	held = held.trim()
+	if len(held) > 0 {
+		held = s.holdBackFull(p, blob, held)
+	}
 	if len(held) > 0 {
 		top := uint64(len(held)-1)*64 + 63 - uint64(bits.LeadingZeros64(held[len(held)-1]))
 		if top >= uint64(s.cfg.MaxChunksPerBlob) {
@@ -103,6 +110,7 @@ func (s *State) Drop(peerID string, blob rafs.Digest, chunks []uint32, now time.
 	if b := s.blobs[blob]; b != nil {
 		s.clearChunks(p, b, chunks)
 	}
+	s.unholdBack(p, blob, chunks)
 	return nil
 }
 

@@ -154,6 +154,9 @@ func (s *State) Expire(now time.Time) []string {
 	}
 	for _, p := range s.peers {
 		s.sweepLeases(p, now)
+		if p.refuted != nil {
+			s.sweepRefuted(p, now)
+		}
 	}
 	s.sweepOrigin(now)
 	s.sweepBans(now)

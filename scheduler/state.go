@@ -68,6 +68,7 @@ type peer struct {
 	leases       []lease           // as requester, oldest first
 	waits        map[waitKey]int64 // as requester: first tree wait, Unix ns (tree.go)
 	rep          *reporter
+	refuted      map[rafs.Digest]*refutation // as parent: chunks found missing (refute.go)
 	gone         bool
 }
 

@@ -66,6 +66,7 @@ type StateConfig struct {
 	FeedbackWeight         float64       `mapstructure:"feedback_weight" yaml:"feedback_weight"`
 	RefThroughput          int64         `mapstructure:"ref_throughput" yaml:"ref_throughput"`
 	Jitter                 float64       `mapstructure:"jitter" yaml:"jitter"`
+	RefuteDuration         time.Duration `mapstructure:"refute_duration" yaml:"refute_duration"`
 	BanDuration            time.Duration `mapstructure:"ban_duration" yaml:"ban_duration"`
 	BanQuorum              int           `mapstructure:"ban_quorum" yaml:"ban_quorum"`
 	AccusationBurst        int           `mapstructure:"accusation_burst" yaml:"accusation_burst"`

@@ -1,0 +1,84 @@
+package scheduler
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// A parent that answered "not found" is not taken at its word again for
+// those chunks until RefuteDuration has passed: its announcements of them
+// are held back, then applied (less what it dropped meanwhile).
+func TestMissingChunksRefuted(t *testing.T) {
+	s := newState(t, func(c *Config) { c.RefuteDuration = 10 * time.Second })
+	b := digest("b")
+	scene(t, s, nil, []holding{{"a", nil, seq(0, 8)}})
+	mustParents(t, s, "r", b, seq(2, 5), t0)
+	if _, err := s.Report("r", "a", Outcome{Blob: b, Missing: []uint32{3, 4}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	// The liar announces everything again, one by one and in full.
+	mustAnnounce(t, s, "a", b, seq(0, 8), at(time.Second))
+	if got, want := held(s, "a", b), []uint32{0, 1, 2, 5, 6, 7}; !slices.Equal(got, want) {
+		t.Fatalf("after a re-announcement a holds %v, want %v", got, want)
+	}
+	if _, err := s.AnnounceFull("a", b, BitsetOf(seq(0, 8)...), at(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := held(s, "a", b), []uint32{0, 1, 2, 5, 6, 7}; !slices.Equal(got, want) {
+		t.Fatalf("after a full announcement a holds %v, want %v", got, want)
+	}
+	// Another requester is not sent to a for chunk 3: it is the origin's.
+	mustRegister(t, s, "r2", nil, t0)
+	ans := mustParents(t, s, "r2", b, []uint32{3}, at(3*time.Second))
+	if len(ans.Parents) != 0 || !slices.Equal(ans.Origin, []uint32{3}) {
+		t.Fatalf("r2 for chunk 3: %s, want the origin", describe(ans))
+	}
+	if err := s.Drop("a", b, []uint32{4}, at(4*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	s.Expire(at(9 * time.Second))
+	if got, want := held(s, "a", b), []uint32{0, 1, 2, 5, 6, 7}; !slices.Equal(got, want) {
+		t.Fatalf("before the refutation ends a holds %v, want %v", got, want)
+	}
+	s.Expire(at(10 * time.Second))
+	if got, want := held(s, "a", b), []uint32{0, 1, 2, 3, 5, 6, 7}; !slices.Equal(got, want) {
+		t.Fatalf("after the refutation a holds %v, want %v (3 held back, 4 dropped)", got, want)
+	}
+	if s.peers["a"].refuted != nil {
+		t.Error("refutation kept after it ended")
+	}
+	// From now on its announcements count at once.
+	mustAnnounce(t, s, "a", b, []uint32{4}, at(11*time.Second))
+	if got := held(s, "a", b); !slices.Contains(got, 4) {
+		t.Errorf("a holds %v, want 4 in it", got)
+	}
+}
+
+// Refutations are bounded per peer.
+func TestRefutationsBounded(t *testing.T) {
+	s := newState(t, func(c *Config) { c.MaxChunksPerQuery = 1024 })
+	mustRegister(t, s, "r", nil, t0)
+	mustRegister(t, s, "a", nil, t0)
+	for i := range 40 {
+		b := digest(string(rune('A' + i)))
+		mustAnnounce(t, s, "a", b, seq(0, 1024), t0)
+		mustParents(t, s, "r", b, seq(0, 1024), t0)
+		if _, err := s.Report("r", "a", Outcome{Blob: b, Missing: seq(0, 1024)}, t0); err != nil {
+			t.Fatal(err)
+		}
+		mustAnnounce(t, s, "a", b, seq(0, 1024), t0)
+	}
+	if n := s.peers["a"].refutedSize(); n > maxRefuted {
+		t.Fatalf("%d ordinals kept, more than %d", n, maxRefuted)
+	}
+}
+
+func TestUnionMinus(t *testing.T) {
+	if got, want := union([]uint32{1, 3, 5}, []uint32{2, 3, 6}), []uint32{1, 2, 3, 5, 6}; !slices.Equal(got, want) {
+		t.Errorf("union: got %v, want %v", got, want)
+	}
+	if got, want := minus([]uint32{1, 2, 3, 5, 6}, []uint32{2, 5, 7}), []uint32{1, 3, 6}; !slices.Equal(got, want) {
+		t.Errorf("minus: got %v, want %v", got, want)
+	}
+}
