@@ -52,6 +52,10 @@ func (res *result) judge() {
 		var fetched int64
 		for _, n := range s.Nodes {
 			t.CacheMax = max(t.CacheMax, n.CacheMax)
+			t.TmpMax = max(t.TmpMax, n.TmpMax)
+			if n.CacheMax > n.Capacity {
+				t.OverCapacity++
+			}
 			if n.CacheMax > res.CacheBound {
 				res.Problems = append(res.Problems, fmt.Sprintf("%s cache held %d bytes at %.0f s, over its bound of %d (capacity %d)",
 					n.Node, n.CacheMax, s.At, res.CacheBound, n.Capacity))

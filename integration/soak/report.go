@@ -74,7 +74,7 @@ func (res *result) markdown() string {
 		res.SharedBlob, mib(res.WorkingSet), mib(res.Capacity), 1+len(res.Images), mib(res.CacheBound))
 
 	w("Per-node figures are node0/node1/...; mount figures are sums over every mount daemon of the cluster. ")
-	w("Cache MiB is the largest size on disk seen since the previous row (measured every second). ")
+	w("Cache MiB is the largest size of the cache's entries on disk seen since the previous row (measured every second). ")
 	w("From peers / origin: chunk MiB the peers got from other peers and from the registry, cumulative.\n\n")
 	w("| t (s) | reads ok | failed | wrong | MiB read | peer RSS MiB | peer fds | peer goroutines | mounts RSS MiB | mounts fds | mounts goroutines | scheduler RSS MiB / fds | cache MiB | from peers / origin MiB |\n")
 	w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
@@ -101,8 +101,9 @@ func (res *result) markdown() string {
 	}
 	t := res.Totals
 	w("\nTotals: %d reads (%.0f MiB) compared with the source, %d failed, %d wrong; slowest read %.2f s. "+
-		"Largest node cache seen: %.1f MiB (%.2f× capacity). The peers fetched %.0f MiB into their caches (%.1f× the capacity of all nodes).\n",
+		"Largest node cache seen: %.1f MiB of entries (%.2f× capacity; over capacity in %d of %d node-intervals) plus at most %.2f MiB of writes in progress. The peers fetched %.0f MiB into their caches (%.1f× the capacity of all nodes).\n",
 		t.ReadsOK, mib(t.ReadBytes), t.Failed, t.Wrong, t.MaxRead, mib(t.CacheMax), float64(t.CacheMax)/float64(max(res.Capacity, 1)),
+		t.OverCapacity, len(res.Samples)*len(res.nodeNames), mib(t.TmpMax),
 		mib(t.Fetched), float64(t.Fetched)/float64(max(res.Capacity*int64(max(len(res.nodeNames), 1)), 1)))
 	if len(res.Samples) > 0 {
 		last := res.Samples[len(res.Samples)-1]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -101,7 +102,11 @@ type totals struct {
 	Wrong     int64   `json:"reads_wrong"`
 	ReadBytes int64   `json:"read_bytes"`
 	MaxRead   float64 `json:"slowest_read_seconds"`
-	CacheMax  int64   `json:"cache_max_bytes"` // over every node and sample
+	CacheMax  int64   `json:"cache_max_bytes"` // entries, over every node and sample
+	TmpMax    int64   `json:"tmp_max_bytes"`   // temporary files, likewise
+	// OverCapacity counts node-intervals in which a cache's entries went
+	// over its capacity (allowed up to the bound, see cacheBound).
+	OverCapacity int `json:"over_capacity_intervals"`
 	// Fetched is what all peers put into their node caches (from other
 	// peers and the registry): a multiple of the capacity means eviction
 	// ran all the time.
@@ -114,7 +119,7 @@ type totals struct {
 // less than Capacity×(High−Low)/2 before its next rescan.
 func cacheBound(capacity int64, writers int) int64 {
 	high, low := cache.DefaultHighWatermark, cache.DefaultLowWatermark
-	return int64(float64(capacity) * (high + float64(writers)*(high-low)/2))
+	return int64(math.Round(float64(capacity) * (high + float64(writers)*(high-low)/2)))
 }
 
 // run is the whole soak: build, start, read and sample for cfg.Duration,

@@ -44,10 +44,12 @@ type procSample struct {
 // nodeSample is one node at one sample. Byte counters are cumulative.
 type nodeSample struct {
 	Node       string `json:"node"`
-	CacheBytes int64  `json:"cache_bytes"` // on disk now
-	// CacheMax is the largest size seen on disk since the previous sample
-	// (the cache is measured every second).
+	CacheBytes int64  `json:"cache_bytes"` // entries on disk now
+	// CacheMax is the largest size of the entries seen on disk since the
+	// previous sample (the cache is measured every second); TmpMax the
+	// largest size of the temporary files of writes in progress.
 	CacheMax int64 `json:"cache_max_bytes"`
+	TmpMax   int64 `json:"tmp_max_bytes"`
 	Capacity int64 `json:"capacity_bytes"`
 	// PeerBytes are chunk bytes the node's peer delivered, by source:
 	// cache, peer (other nodes), origin (the registry).
@@ -82,10 +84,19 @@ type snapshot struct {
 }
 
 // cacheWatch measures every node cache's size on disk once a second and
-// keeps the largest size seen since the last take.
+// keeps the largest sizes seen since the last take.
 type cacheWatch struct {
 	mu  sync.Mutex
-	max map[string]int64
+	max map[string]cacheSize
+}
+
+// cacheSize is a node cache on disk: the entries, which its capacity
+// counts (peer/cache/CACHE.md), and the temporary files of writes in
+// progress, which it does not.
+type cacheSize struct{ entries, tmp int64 }
+
+func (a cacheSize) max(b cacheSize) cacheSize {
+	return cacheSize{max(a.entries, b.entries), max(a.tmp, b.tmp)}
 }
 
 func (w *cacheWatch) run(ctx context.Context, nodes []*node) {
@@ -93,7 +104,7 @@ func (w *cacheWatch) run(ctx context.Context, nodes []*node) {
 	defer t.Stop()
 	for {
 		for _, n := range nodes {
-			w.observe(n.name, dirBytes(n.cache))
+			w.observe(n.name, measureCache(n.cache))
 		}
 		select {
 		case <-ctx.Done():
@@ -103,41 +114,45 @@ func (w *cacheWatch) run(ctx context.Context, nodes []*node) {
 	}
 }
 
-func (w *cacheWatch) observe(node string, size int64) {
+func (w *cacheWatch) observe(node string, size cacheSize) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.max == nil {
-		w.max = map[string]int64{}
+		w.max = map[string]cacheSize{}
 	}
-	w.max[node] = max(w.max[node], size)
+	w.max[node] = w.max[node].max(size)
 }
 
-// take returns the largest size seen for node since the last take and
+// take returns the largest sizes seen for node since the last take and
 // starts over from now.
-func (w *cacheWatch) take(node string, now int64) int64 {
+func (w *cacheWatch) take(node string, now cacheSize) cacheSize {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.max == nil {
-		w.max = map[string]int64{}
+		w.max = map[string]cacheSize{}
 	}
-	m := max(w.max[node], now)
+	m := w.max[node].max(now)
 	w.max[node] = now
 	return m
 }
 
-// dirBytes sums the sizes of the regular files under dir: entries and
-// entries being written. Files that vanish during the walk (evicted) are
+// measureCache sums the sizes of the regular files under dir, entries and
+// temporary files apart. Files that vanish during the walk (evicted) are
 // skipped.
-func dirBytes(dir string) int64 {
-	var n int64
+func measureCache(dir string) cacheSize {
+	var n cacheSize
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
 		if err != nil {
 			return nil
 		}
-		if d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				n += info.Size()
-			}
+		if strings.HasPrefix(d.Name(), ".tmp-") {
+			n.tmp += info.Size()
+		} else {
+			n.entries += info.Size()
 		}
 		return nil
 	})
@@ -155,8 +170,9 @@ func takeSample(c *cluster, ds []daemon, watch *cacheWatch, stats *readStats, re
 	}
 	byNode := map[string]*nodeSample{}
 	for _, n := range c.nodes {
-		size := dirBytes(n.cache)
-		ns := &nodeSample{Node: n.name, CacheBytes: size, CacheMax: watch.take(n.name, size), Capacity: n.capacity,
+		size := measureCache(n.cache)
+		peak := watch.take(n.name, size)
+		ns := &nodeSample{Node: n.name, CacheBytes: size.entries, CacheMax: peak.entries, TmpMax: peak.tmp, Capacity: n.capacity,
 			PeerBytes: map[string]int64{}, MountBytes: map[string]int64{}, MountBackend: map[string]int64{}}
 		byNode[n.name] = ns
 	}
