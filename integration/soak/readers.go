@@ -28,8 +28,58 @@ type readStats struct {
 	bytes             atomic.Int64 // bytes read and found equal to the source
 	maxNanos          atomic.Int64 // slowest read so far
 
+	// over1s and over10s count reads that took longer than 1 s and 10 s.
+	over1s, over10s atomic.Int64
+
 	mu       sync.Mutex
-	failures []string // the first keptFailures messages
+	failures []string   // the first keptFailures messages
+	slowest  []slowRead // the keptSlow slowest reads, slowest first
+}
+
+// keptSlow is how many of the slowest reads the report names.
+const keptSlow = 5
+
+// slowRead is one read that took long, for the report.
+type slowRead struct {
+	At      string  `json:"at"` // UTC time the read started
+	Seconds float64 `json:"seconds"`
+	Read    string  `json:"read"` // node, image, file and range
+}
+
+// took records a read's duration.
+func (s *readStats) took(d time.Duration, started time.Time, what func() string) {
+	if d > time.Second {
+		s.over1s.Add(1)
+	}
+	if d > 10*time.Second {
+		s.over10s.Add(1)
+	}
+	for {
+		old := s.maxNanos.Load()
+		if int64(d) <= old || s.maxNanos.CompareAndSwap(old, int64(d)) {
+			break
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.slowest) == keptSlow && d.Seconds() <= s.slowest[keptSlow-1].Seconds {
+		return
+	}
+	r := slowRead{At: started.UTC().Format("15:04:05.000"), Seconds: d.Seconds(), Read: what()}
+	i := len(s.slowest)
+	for i > 0 && s.slowest[i-1].Seconds < r.Seconds {
+		i--
+	}
+	s.slowest = append(s.slowest[:i], append([]slowRead{r}, s.slowest[i:]...)...)
+	if len(s.slowest) > keptSlow {
+		s.slowest = s.slowest[:keptSlow]
+	}
+}
+
+func (s *readStats) slow() []slowRead {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]slowRead(nil), s.slowest...)
 }
 
 func (s *readStats) fail(wrong bool, format string, a ...any) {
@@ -77,15 +127,13 @@ func (rd *reader) run(ctx context.Context) {
 			off = rd.r.Int64N(f.size)
 			n = min(f.size-off, 1+rd.r.Int64N(maxRange))
 		}
-		rd.started.Store(time.Now().UnixNano())
+		begin := time.Now()
+		rd.started.Store(begin.UnixNano())
 		err := rd.readOne(m, f, off, n)
-		took := time.Now().UnixNano() - rd.started.Swap(0)
-		for {
-			old := rd.stats.maxNanos.Load()
-			if took <= old || rd.stats.maxNanos.CompareAndSwap(old, took) {
-				break
-			}
-		}
+		rd.started.Store(0)
+		rd.stats.took(time.Since(begin), begin, func() string {
+			return fmt.Sprintf("%s %s: %s [%d, +%d)", m.n.name, m.im.name, f.path, off, n)
+		})
 		if err != nil {
 			// The mount must never fail a read, shutting down or not: the
 			// harness stops its readers before it stops any daemon.

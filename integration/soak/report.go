@@ -149,6 +149,12 @@ func (res *result) markdown() string {
 			w("- %s\n", p)
 		}
 	}
+	if len(res.Slowest) > 0 {
+		w("\nReads over 1 s: %d; over 10 s: %d. Slowest reads (start time UTC):\n\n", t.Over1s, t.Over10s)
+		for _, r := range res.Slowest {
+			w("- %.2f s at %s: %s\n", r.Seconds, r.At, r.Read)
+		}
+	}
 	if len(res.Failures) > 0 {
 		w("\nFirst failed reads:\n\n")
 		for _, f := range res.Failures {

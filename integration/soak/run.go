@@ -83,6 +83,7 @@ type result struct {
 	Shutdown   string      `json:"shutdown_error,omitempty"`
 	Problems   []string    `json:"problems"`
 	Failures   []string    `json:"failure_messages,omitempty"`
+	Slowest    []slowRead  `json:"slowest_reads,omitempty"`
 	warmup     time.Duration
 	nodeNames  []string
 }
@@ -102,6 +103,8 @@ type totals struct {
 	Wrong     int64   `json:"reads_wrong"`
 	ReadBytes int64   `json:"read_bytes"`
 	MaxRead   float64 `json:"slowest_read_seconds"`
+	Over1s    int64   `json:"reads_over_1s"`
+	Over10s   int64   `json:"reads_over_10s"`
 	CacheMax  int64   `json:"cache_max_bytes"` // entries, over every node and sample
 	TmpMax    int64   `json:"tmp_max_bytes"`   // temporary files, likewise
 	// OverCapacity counts node-intervals in which a cache's entries went
@@ -276,8 +279,9 @@ func run(ctx context.Context, cfg config) (_ *result, err error) {
 		<-stopped
 	}
 	res.Totals = totals{ReadsOK: stats.ok.Load(), Failed: stats.failed.Load(), Wrong: stats.wrong.Load(),
-		ReadBytes: stats.bytes.Load(), MaxRead: time.Duration(stats.maxNanos.Load()).Seconds()}
-	res.Failures = stats.messages()
+		ReadBytes: stats.bytes.Load(), MaxRead: time.Duration(stats.maxNanos.Load()).Seconds(),
+		Over1s: stats.over1s.Load(), Over10s: stats.over10s.Load()}
+	res.Failures, res.Slowest = stats.messages(), stats.slow()
 	if interrupted {
 		res.Problems = append(res.Problems, fmt.Sprintf("interrupted after %s of %s", time.Since(start).Round(time.Second), cfg.Duration))
 	}
