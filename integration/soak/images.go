@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
-	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 
 	"damselfly/integration/sample"
-	"damselfly/rafs"
-	"damselfly/rafs/convert"
 	"damselfly/rafs/rafstest"
 )
 
@@ -59,8 +58,10 @@ func imageSpecs(scale float64) []imageSpec {
 }
 
 // buildImages generates, unpacks and converts every image into the
-// registry at regHost, with chunks of chunkSize.
-func buildImages(ctx context.Context, dir, regHost string, specs []imageSpec, chunkSize uint32) ([]*image, error) {
+// registry at regHost, with chunks of chunkSize. The conversion is
+// `damselfly convert` (binary): the tool users run, and outside the
+// harness's process, which may be built with the race detector.
+func buildImages(ctx context.Context, binary, dir, regHost string, specs []imageSpec, chunkSize uint32) ([]*image, error) {
 	srcs := map[string]rafstest.Image{}
 	var out []*image
 	for _, s := range specs {
@@ -73,7 +74,7 @@ func buildImages(ctx context.Context, dir, regHost string, specs []imageSpec, ch
 			src.Layers[0] = b.Layers[0]
 		}
 		srcs[s.name] = src
-		im, err := buildImage(ctx, filepath.Join(dir, s.name), regHost, s.name, src, chunkSize)
+		im, err := buildImage(ctx, binary, filepath.Join(dir, s.name), regHost, s.name, src, chunkSize)
 		if err != nil {
 			return nil, err
 		}
@@ -82,7 +83,7 @@ func buildImages(ctx context.Context, dir, regHost string, specs []imageSpec, ch
 	return out, nil
 }
 
-func buildImage(ctx context.Context, dir, regHost, name string, src rafstest.Image, chunkSize uint32) (*image, error) {
+func buildImage(ctx context.Context, binary, dir, regHost, name string, src rafstest.Image, chunkSize uint32) (*image, error) {
 	layout := filepath.Join(dir, "oci")
 	if err := rafstest.WriteOCILayout(ctx, layout, src); err != nil {
 		return nil, fmt.Errorf("image %s: %w", name, err)
@@ -92,16 +93,10 @@ func buildImage(ctx context.Context, dir, regHost, name string, src rafstest.Ima
 		return nil, fmt.Errorf("image %s: %w", name, err)
 	}
 	im := &image{name: name, root: root}
-	work := filepath.Join(dir, "work")
-	if err := os.MkdirAll(work, 0o755); err != nil {
-		return nil, err
+	cmd := exec.CommandContext(ctx, binary, "convert", "--chunk-size", strconv.Itoa(int(chunkSize)), "oci:"+layout+":src", im.ref(regHost))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("damselfly convert %s: %v\n%s", name, err, out)
 	}
-	if _, err := convert.Convert(ctx, "oci:"+layout+":src", im.ref(regHost), convert.Options{
-		Build: rafs.BuildOptions{ChunkSize: chunkSize}, WorkDir: work,
-	}); err != nil {
-		return nil, fmt.Errorf("convert %s: %w", name, err)
-	}
-	os.RemoveAll(work)
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err

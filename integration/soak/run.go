@@ -138,9 +138,10 @@ func run(ctx context.Context, cfg config) (_ *result, err error) {
 	if cfg.ChunkSize == 0 {
 		cfg.ChunkSize = rafs.MinChunkSize
 	}
+	began := time.Now()
 	logf := func(format string, a ...any) {
 		if cfg.Log != nil {
-			fmt.Fprintf(cfg.Log, "soak: "+format+"\n", a...)
+			fmt.Fprintf(cfg.Log, "soak: [%5.1fs] "+format+"\n", append([]any{time.Since(began).Seconds()}, a...)...)
 		}
 	}
 	res := &result{Started: time.Now().UTC(), warmup: cfg.Warmup}
@@ -183,7 +184,7 @@ func run(ctx context.Context, cfg config) (_ *result, err error) {
 		return nil, err
 	}
 	logf("registry on %s; building images", c.regHost)
-	images, err := buildImages(ctx, filepath.Join(work, "images"), c.regHost, imageSpecs(cfg.Scale), cfg.ChunkSize)
+	images, err := buildImages(ctx, c.binary, filepath.Join(work, "images"), c.regHost, imageSpecs(cfg.Scale), cfg.ChunkSize)
 	if err != nil {
 		return nil, err
 	}
@@ -286,6 +287,7 @@ func run(ctx context.Context, cfg config) (_ *result, err error) {
 		res.Problems = append(res.Problems, fmt.Sprintf("interrupted after %s of %s", time.Since(start).Round(time.Second), cfg.Duration))
 	}
 	res.judge()
+	logf("readers stopped; stopping the cluster")
 	return res, nil
 }
 
