@@ -132,6 +132,12 @@ func run(ctx context.Context, cfg config) (_ *result, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the soak mounts FUSE filesystems as root: run it as root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return nil, fmt.Errorf("the soak needs FUSE: %w", err)
+	}
 	if cfg.Warmup == 0 {
 		cfg.Warmup = cfg.Duration / 5
 	}
