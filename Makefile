@@ -102,3 +102,15 @@ bench-results:
 
 bench: bench-convert bench-mount bench-distribution
 	$(MAKE) bench-results
+
+# Load soak (issue 7; 10 minutes plus setup, as root): a docker-registry,
+# a scheduler, 3 peer daemons with node caches a quarter of the working
+# set, and FUSE mounts of 4 generated images on every node, all on
+# loopback; 12 readers compare every byte with the source while RSS, fds,
+# goroutines and cache sizes are sampled every 30 s. Writes
+# integration/soak/out/soak.{md,json} and fails on any failed or wrong
+# read, a cache over its bound, or a daemon that grew.
+# Flags, e.g. SOAK_FLAGS="-duration 30m -readers 16": go run ./integration/soak -h
+.PHONY: soak
+SOAK_FLAGS ?=
+soak: ; $(GO) run ./integration/soak $(SOAK_FLAGS)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"damselfly/peer/cache"
 )
@@ -60,6 +61,9 @@ func NewMetrics() *Metrics {
 		prefetchDone:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "damselfly_mount_prefetch_done_chunks", Help: "Prefetch progress: chunks handled."}),
 		prefetchTotal:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "damselfly_mount_prefetch_total_chunks", Help: "Prefetch progress: chunks planned."}),
 	}
+	// The Go runtime's figures (go_goroutines, heap) as the peer and the
+	// scheduler export them: a long-running daemon's leaks show there first.
+	r.MustRegister(collectors.NewGoCollector())
 	r.MustRegister(m.reads, m.readBytes, m.readSeconds, m.backendBytes, m.cacheHits, m.cacheMisses, m.cacheErrors,
 		m.verifyFailures, m.errors, m.inflight, m.readahead, m.prefetchDone, m.prefetchTotal)
 	return m

@@ -277,7 +277,7 @@ func TestControlAPI(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"damselfly_mount_reads_total", "damselfly_mount_read_seconds_bucket", "damselfly_cache_bytes", "damselfly_mount_prefetch_total_chunks"} {
+	for _, want := range []string{"damselfly_mount_reads_total", "damselfly_mount_read_seconds_bucket", "damselfly_cache_bytes", "damselfly_mount_prefetch_total_chunks", "go_goroutines"} {
 		if !bytes.Contains(body, []byte(want)) {
 			t.Errorf("/metrics lacks %s", want)
 		}
