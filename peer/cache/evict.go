@@ -47,6 +47,10 @@ func (c *Cache) evictFromPut() {
 	}
 }
 
+// afterScan, when set (by tests only), runs after a rescan has read the
+// directory and before it updates the index.
+var afterScan func()
+
 type victim struct {
 	digest rafs.Digest
 	size   int64
@@ -64,17 +68,24 @@ func (c *Cache) rescanLocked() error {
 	start := time.Now()
 	c.mu.Lock()
 	since := c.idx.seq
+	writtenBefore := c.written
 	c.mu.Unlock()
 	res, err := scanDir(c.paths, start)
 	if err != nil {
 		c.n.errors.Add(1)
 		return err
 	}
+	if afterScan != nil {
+		afterScan()
+	}
 	c.n.corrupt.Add(uint64(res.corrupt))
 
 	c.mu.Lock()
 	c.idx.rebuild(res.entries, since)
-	c.written = 0
+	// What this process wrote during the scan may be missing from it,
+	// and counts toward the next one: forgetting it would let the
+	// processes sharing the directory overshoot the bound CACHE.md gives.
+	c.written -= writtenBefore
 	scannedBytes := c.idx.bytes
 	var victims []victim
 	if c.high > 0 && c.idx.bytes > c.high {

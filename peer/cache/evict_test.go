@@ -211,3 +211,26 @@ func wantPresent(t *testing.T, c *Cache, want map[uint64]bool) {
 		}
 	}
 }
+
+// What a process writes while its own rescan reads the directory counts
+// toward its next rescan: forgetting it delays that rescan, and the
+// processes sharing the directory then overshoot the bound CACHE.md gives.
+func TestWritesDuringRescanCount(t *testing.T) {
+	// Not parallel: afterScan is package state.
+	c := openTest(t, Config{Dir: t.TempDir(), Capacity: 1 << 30})
+	mustPut(t, c, fakeDigest(1), rawMeta(evSize), content(1, evSize))
+	afterScan = func() {
+		afterScan = nil
+		mustPut(t, c, fakeDigest(2), rawMeta(evSize), content(2, evSize))
+	}
+	t.Cleanup(func() { afterScan = nil })
+	if err := c.Rescan(); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	got := c.written
+	c.mu.Unlock()
+	if got != evEntry {
+		t.Errorf("written after a rescan with one put during its scan: got %d, want %d", got, evEntry)
+	}
+}
