@@ -166,5 +166,11 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 			return stored, plain, err
 		}
 	}
+	// Read on to the end of the body, which follows the last frame at
+	// once, so that the connection goes back to the pool: a closed one
+	// costs the next batch a handshake and a cold TCP window. Data after
+	// the last frame breaks the protocol; the chunks are delivered anyway
+	// and the connection is dropped.
+	_, _ = br.Peek(1)
 	return stored, plain, nil
 }
