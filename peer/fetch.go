@@ -219,19 +219,31 @@ func (n *Node) fromCache(g *group) {
 	}
 }
 
-// arrived handles a verified chunk of g from a peer or the origin: it is
-// cached, recorded as held and announced, then handed to its waiters (so
-// that a reader that got it can count on other peers finding it).
+// arrived handles a verified chunk of g from a peer or the origin,
+// whose stored bytes are valid only during the call: see keep.
 func (n *Node) arrived(g *group, c rafs.Chunk, stored []byte, source string) {
-	cp := bytes.Clone(stored)
-	n.m.delivered(source, len(cp))
-	if err := n.cache.PutChunk(c, cp); err != nil {
+	n.keep(g, c, bytes.Clone(stored), source)
+}
+
+// keep handles a verified chunk of g, whose stored bytes it may keep (no
+// one writes them any more): it hands them to the reads that can take a
+// chunk before it is kept (the batch endpoint sends it meanwhile), then
+// caches the chunk, records it as held and announces it, and only then
+// makes it done, for the reads that wait for that (so that a reader that
+// got it can count on other peers finding it).
+func (n *Node) keep(g *group, c rafs.Chunk, stored []byte, source string) {
+	n.m.delivered(source, len(stored))
+	f := g.take(c.Ordinal)
+	if f != nil {
+		n.ready(f, c, stored)
+	}
+	if err := n.cache.PutChunk(c, stored); err != nil {
 		n.log.Warn("caching a chunk", "chunk", c.Digest, "err", err)
 	} else {
 		n.hold.add(g.blob, c.Ordinal, c.Digest)
 		n.router.Announce(g.blob, []uint32{c.Ordinal})
 	}
-	if f := g.take(c.Ordinal); f != nil {
-		n.finish(f, c, cp, nil, false)
+	if f != nil {
+		n.kept(f)
 	}
 }

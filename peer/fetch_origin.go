@@ -96,16 +96,36 @@ func (n *Node) fetchRun(ctx context.Context, g *group, run originRun, turn bool)
 	}
 	n.m.originRequest(len(buf))
 	var bad []uint32
+	scratch := getScratch()
+	defer putScratch(scratch)
 	for _, c := range run.chunks {
+		// buf is this run's own: the chunks keep their slices of it.
 		stored := buf[int64(c.CompressedOffset)-run.off:][:c.CompressedSize]
-		if err := rafs.DecodeChunk(c, stored, make([]byte, c.Size)); err != nil {
+		if err := verify(c, stored, scratch); err != nil {
 			bad = append(bad, c.Ordinal)
 			g.noteErr(fmt.Errorf("origin: chunk %d of blob %s: %w", c.Ordinal, g.blob, err))
 			continue
 		}
-		n.arrived(g, c, stored, sourceOrigin)
+		n.keep(g, c, stored, sourceOrigin)
 	}
 	if turn && len(bad) > 0 {
 		n.router.Abandon(g.blob, bad)
 	}
+}
+
+// scratchPool holds buffers for the decoded bytes of chunks being
+// verified, which are thrown away: a fresh 1 MiB buffer per chunk costs
+// its zeroing and the garbage collector's time.
+var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
+
+func getScratch() *[]byte  { return scratchPool.Get().(*[]byte) }
+func putScratch(b *[]byte) { scratchPool.Put(b) }
+
+// verify decodes stored as c describes it into scratch's buffer (grown if
+// needed) and checks it against c.Digest.
+func verify(c rafs.Chunk, stored []byte, scratch *[]byte) error {
+	if cap(*scratch) < int(c.Size) {
+		*scratch = make([]byte, c.Size)
+	}
+	return rafs.DecodeChunk(c, stored, (*scratch)[:c.Size])
 }

@@ -11,11 +11,25 @@ import (
 // are read and verified from it; the misses are fetched in one batch in
 // the background (collapsed with other reads' fetches of the same
 // digests) while deliver is called in request order, so chunks that
-// arrive early wait in memory for their turn. A chunk nobody can serve is
+// arrive early wait in memory for their turn. A fetched chunk is
+// delivered once it is cached and announced. A chunk nobody can serve is
 // retried until NodeConfig.FetchDeadline passes without progress; the
 // error then wraps a *proxy.ChunkError naming it.
 func (n *Node) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	return n.ReadChunksStaged(ctx, up, blob, chunks, func(i int, c rafs.Chunk, stored []byte, kept func() error) error {
+		if err := kept(); err != nil {
+			return err
+		}
+		return deliver(i, c, stored)
+	})
+}
+
+// ReadChunksStaged implements proxy.StagedChunkSource: it is ReadChunks
+// delivering each fetched chunk as soon as it is verified, while this
+// node caches and announces it; kept waits for that.
+func (n *Node) ReadChunksStaged(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(i int, c rafs.Chunk, stored []byte, kept func() error) error) error {
 	if len(chunks) == 0 {
 		return nil
 	}
@@ -57,7 +71,7 @@ func (n *Node) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Dige
 				if n.hold.add(blob, c.Ordinal, c.Digest) {
 					announce = append(announce, c.Ordinal)
 				}
-				if err := deliver(i, sc, stored); err != nil {
+				if err := deliver(i, sc, stored, keptAlready); err != nil {
 					return err
 				}
 				continue
@@ -68,7 +82,7 @@ func (n *Node) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Dige
 			f = fs[0]
 		}
 		select {
-		case <-f.done:
+		case <-f.ready:
 		case <-ctx.Done():
 			n.m.failure()
 			return chunkError(i, true, ctx.Err())
@@ -82,12 +96,24 @@ func (n *Node) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Dige
 		dc := c
 		dc.Flags = c.Flags&^rafs.ChunkCompressed | f.got.Flags&rafs.ChunkCompressed
 		dc.CompressedSize = f.got.CompressedSize
-		if err := deliver(i, dc, f.stored); err != nil {
+		kept := func() error {
+			select {
+			case <-f.done:
+				return nil
+			case <-ctx.Done():
+				n.m.failure()
+				return chunkError(i, true, ctx.Err())
+			}
+		}
+		if err := deliver(i, dc, f.stored, kept); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// keptAlready is the kept of a chunk read from the node cache.
+func keptAlready() error { return nil }
 
 // readCache reads c's stored bytes from the node cache and verifies them.
 // The chunk returned describes the stored form, which may differ from
@@ -104,8 +130,9 @@ func (n *Node) readCache(c rafs.Chunk) (rafs.Chunk, []byte, bool) {
 	} else {
 		sc.Flags &^= rafs.ChunkCompressed
 	}
-	scratch := make([]byte, c.Size)
-	if err := rafs.DecodeChunk(sc, stored, scratch); err != nil {
+	scratch := getScratch()
+	defer putScratch(scratch)
+	if err := verify(sc, stored, scratch); err != nil {
 		n.log.Warn("cached chunk fails verification; removing it", "chunk", c.Digest, "err", err)
 		_ = n.cache.Remove(c.Digest)
 		return c, nil, false

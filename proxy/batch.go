@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
+	"strings"
 
 	"damselfly/proxy/upstream"
 	"damselfly/rafs"
@@ -103,6 +105,9 @@ func parseBatchRequest(data []byte) (repo string, blob rafs.Digest, chunks []raf
 // serveChunks is the batch endpoint: it checks the request, answers 200
 // and streams one frame per chunk as the ChunkSource delivers it,
 // flushing each, and a failed frame for the first chunk it cannot get.
+// To a client that accepts ContentTypeChunksV2 every ok frame is followed
+// by a stored frame; a StagedChunkSource's chunk is then sent as soon as
+// it is verified and the stored frame once the source has cached it.
 func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBatchRequest))
 	if err != nil {
@@ -121,8 +126,13 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	}
 	s.m.batchChunks.Observe(float64(len(chunks)))
 
+	v2 := acceptsV2(r.Header.Values("Accept"))
 	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", ContentTypeChunks)
+	if v2 {
+		w.Header().Set("Content-Type", ContentTypeChunksV2)
+	} else {
+		w.Header().Set("Content-Type", ContentTypeChunks)
+	}
 	w.WriteHeader(http.StatusOK)
 	rc.Flush()
 
@@ -130,7 +140,21 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	next := 0
 	var writeErr error
 	var hdr []byte
-	err = s.chunks.ReadChunks(r.Context(), ref, blob, chunks, func(i int, c rafs.Chunk, stored []byte) error {
+	write := func(b []byte) error {
+		if _, err := w.Write(b); err != nil {
+			writeErr = err
+			return err
+		}
+		return nil
+	}
+	flush := func() error {
+		if err := rc.Flush(); err != nil {
+			writeErr = err
+			return err
+		}
+		return nil
+	}
+	deliver := func(i int, c rafs.Chunk, stored []byte, kept func() error) error {
 		switch {
 		case i != next:
 			return fmt.Errorf("chunk source delivered chunk %d, want %d", i, next)
@@ -138,21 +162,39 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 			return fmt.Errorf("chunk source delivered chunk %d with flags %#x and %d bytes", i, c.Flags, len(stored))
 		}
 		hdr = appendOKFrame(hdr[:0], c.Flags, len(stored))
-		if _, err := w.Write(hdr); err != nil {
-			writeErr = err
+		if err := write(hdr); err != nil {
 			return err
 		}
-		if _, err := w.Write(stored); err != nil {
-			writeErr = err
+		if err := write(stored); err != nil {
 			return err
 		}
-		if err := rc.Flush(); err != nil {
-			writeErr = err
+		if v2 {
+			if kept != nil {
+				// The client verifies the chunk while the source caches it.
+				if err := flush(); err != nil {
+					return err
+				}
+				if err := kept(); err != nil {
+					return err
+				}
+			}
+			if err := write(appendStoredFrame(hdr[:0])); err != nil {
+				return err
+			}
+		}
+		if err := flush(); err != nil {
 			return err
 		}
 		next++
 		return nil
-	})
+	}
+	if ss, ok := s.chunks.(StagedChunkSource); ok && v2 {
+		err = ss.ReadChunksStaged(r.Context(), ref, blob, chunks, deliver)
+	} else {
+		err = s.chunks.ReadChunks(r.Context(), ref, blob, chunks, func(i int, c rafs.Chunk, stored []byte) error {
+			return deliver(i, c, stored, nil)
+		})
+	}
 	if err == nil && next != len(chunks) {
 		err = fmt.Errorf("chunk source delivered %d of %d chunks", next, len(chunks))
 	}
@@ -171,4 +213,17 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	s.log.Debug("batch failed", "repo", repo, "blob", blob, "chunk", next, "transient", transient, "err", err)
 	w.Write(appendFailedFrame(nil, transient, err.Error()))
 	rc.Flush()
+}
+
+// acceptsV2 reports whether Accept header values list
+// ContentTypeChunksV2.
+func acceptsV2(accept []string) bool {
+	for _, v := range accept {
+		for part := range strings.SplitSeq(v, ",") {
+			if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == ContentTypeChunksV2 {
+				return true
+			}
+		}
+	}
+	return false
 }
