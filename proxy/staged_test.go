@@ -134,8 +134,9 @@ func TestChunkClientWaitsForKept(t *testing.T) {
 	n := 0
 	err := cc.ReadChunksDecoded(testCtx(t), proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}, img.blob, img.chunks,
 		func(i int, _ rafs.Chunk, _, _ []byte) error {
-			if k := int(src.kept.Load()); k != i+1 {
-				t.Errorf("chunk %d delivered with %d chunks kept, want %d", i, k, i+1)
+			// The source may be keeping later chunks already.
+			if k := int(src.kept.Load()); k < i+1 {
+				t.Errorf("chunk %d delivered with %d chunks kept, want at least %d", i, k, i+1)
 			}
 			n++
 			return nil
