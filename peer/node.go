@@ -26,6 +26,19 @@ type Origin interface {
 	ReadRange(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, p []byte) error
 }
 
+// StreamingOrigin is an Origin that reports a read's progress, so that
+// the chunks of a range are verified while the rest arrives; the upstream
+// client is one. The Node uses it, found by type assertion.
+type StreamingOrigin interface {
+	Origin
+	// ReadRangeFunc is ReadRange that calls progress(n), on the calling
+	// goroutine, each time p[:n] has grown; bytes once reported are
+	// final.
+	ReadRangeFunc(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, p []byte, progress func(n int)) error
+}
+
+var _ StreamingOrigin = (*upstream.Client)(nil)
+
 // ErrClosed is returned by reads of a Node that was closed.
 var ErrClosed = errors.New("peer: node closed")
 
