@@ -11,7 +11,7 @@
 //     its NodeConfig.
 //   - fetch_read.go: ReadChunks, which delivers in request order, reading
 //     cache hits in turn and waiting for the misses' fetch, and
-//     ReadChunksStaged, which hands a fetched chunk over as soon as it is
+//     ReadChunksEarly, which hands a fetched chunk over as soon as it is
 //     verified, while the node caches and announces it.
 //   - fetch_flight.go: one fetch per chunk digest however many reads want
 //     it, cancelled only when every read waiting for it has gone.

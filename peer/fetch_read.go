@@ -17,19 +17,21 @@ import (
 // error then wraps a *proxy.ChunkError naming it.
 func (n *Node) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
-	return n.ReadChunksStaged(ctx, up, blob, chunks, func(i int, c rafs.Chunk, stored []byte, kept func() error) error {
-		if err := kept(); err != nil {
-			return err
-		}
-		return deliver(i, c, stored)
-	})
+	return n.readChunks(ctx, up, blob, chunks, true, deliver)
 }
 
-// ReadChunksStaged implements proxy.StagedChunkSource: it is ReadChunks
+// ReadChunksEarly implements proxy.EarlyChunkSource: it is ReadChunks
 // delivering each fetched chunk as soon as it is verified, while this
-// node caches and announces it; kept waits for that.
-func (n *Node) ReadChunksStaged(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
-	deliver func(i int, c rafs.Chunk, stored []byte, kept func() error) error) error {
+// node caches and announces it.
+func (n *Node) ReadChunksEarly(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	return n.readChunks(ctx, up, blob, chunks, false, deliver)
+}
+
+// readChunks is ReadChunks, which waits until a fetched chunk is kept
+// (cached and announced) before delivering it when waitKept is set.
+func (n *Node) readChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk, waitKept bool,
+	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	if len(chunks) == 0 {
 		return nil
 	}
@@ -71,7 +73,7 @@ func (n *Node) ReadChunksStaged(ctx context.Context, up proxy.Upstream, blob raf
 				if n.hold.add(blob, c.Ordinal, c.Digest) {
 					announce = append(announce, c.Ordinal)
 				}
-				if err := deliver(i, sc, stored, keptAlready); err != nil {
+				if err := deliver(i, sc, stored); err != nil {
 					return err
 				}
 				continue
@@ -81,8 +83,12 @@ func (n *Node) ReadChunksStaged(ctx context.Context, up proxy.Upstream, blob raf
 			defer n.leave(fs)
 			f = fs[0]
 		}
+		wait := f.ready
+		if waitKept {
+			wait = f.done
+		}
 		select {
-		case <-f.ready:
+		case <-wait:
 		case <-ctx.Done():
 			n.m.failure()
 			return chunkError(i, true, ctx.Err())
@@ -96,24 +102,12 @@ func (n *Node) ReadChunksStaged(ctx context.Context, up proxy.Upstream, blob raf
 		dc := c
 		dc.Flags = c.Flags&^rafs.ChunkCompressed | f.got.Flags&rafs.ChunkCompressed
 		dc.CompressedSize = f.got.CompressedSize
-		kept := func() error {
-			select {
-			case <-f.done:
-				return nil
-			case <-ctx.Done():
-				n.m.failure()
-				return chunkError(i, true, ctx.Err())
-			}
-		}
-		if err := deliver(i, dc, f.stored, kept); err != nil {
+		if err := deliver(i, dc, f.stored); err != nil {
 			return err
 		}
 	}
 	return nil
 }
-
-// keptAlready is the kept of a chunk read from the node cache.
-func keptAlready() error { return nil }
 
 // readCache reads c's stored bytes from the node cache and verifies them.
 // The chunk returned describes the stored form, which may differ from

@@ -7,51 +7,47 @@ import (
 	"damselfly/rafs"
 )
 
-// ReadChunksStaged hands over each fetched chunk verified; once its kept
-// returns, the chunk is in the node cache and announced. ReadChunks
-// delivers a fetched chunk only then.
-func TestReadChunksStaged(t *testing.T) {
+// ReadChunks delivers a fetched chunk once it is cached and announced;
+// ReadChunksEarly delivers it verified, and caches and announces it too.
+func TestReadChunksEarly(t *testing.T) {
 	t.Parallel()
 	img := buildImage(t)
 	o := newOrigin(t, img.dir)
 	key := clusterKey(t)
-	for _, staged := range []bool{true, false} {
+	for _, early := range []bool{true, false} {
 		a := newNode(t, key, newScheduler(t), nodeOpts{}) // alone: every chunk from the origin
-		check := func(i int, c rafs.Chunk, stored []byte) {
-			if err := rafs.DecodeChunk(c, stored, make([]byte, c.Size)); err != nil || c.Digest != img.chunks[i].Digest {
-				t.Fatalf("staged %v: chunk %d delivered unverified or wrong: %v", staged, i, err)
-			}
+		kept := func(c rafs.Chunk) bool {
 			announced, _, _ := a.router.snapshot()
-			if !a.cache.Has(c.Digest) || !slices.Contains(announced[img.blob], c.Ordinal) {
-				t.Fatalf("staged %v: chunk %d kept or delivered before it was cached and announced", staged, i)
-			}
+			return a.cache.Has(c.Digest) && slices.Contains(announced[img.blob], c.Ordinal)
 		}
 		next := 0
+		deliver := func(i int, c rafs.Chunk, stored []byte) error {
+			if i != next {
+				t.Fatalf("early %v: delivered chunk %d, want %d", early, i, next)
+			}
+			next++
+			if err := rafs.DecodeChunk(c, stored, make([]byte, c.Size)); err != nil || c.Digest != img.chunks[i].Digest {
+				t.Fatalf("early %v: chunk %d delivered unverified or wrong: %v", early, i, err)
+			}
+			if !early && !kept(c) {
+				t.Fatalf("chunk %d delivered before it was cached and announced", i)
+			}
+			return nil
+		}
 		var err error
-		if staged {
-			err = a.ReadChunksStaged(testCtx(t), o.ref(), img.blob, img.chunks, func(i int, c rafs.Chunk, stored []byte, kept func() error) error {
-				if i != next {
-					t.Fatalf("delivered chunk %d, want %d", i, next)
-				}
-				next++
-				if err := kept(); err != nil {
-					return err
-				}
-				check(i, c, stored)
-				return nil
-			})
+		if early {
+			err = a.ReadChunksEarly(testCtx(t), o.ref(), img.blob, img.chunks, deliver)
 		} else {
-			err = a.ReadChunks(testCtx(t), o.ref(), img.blob, img.chunks, func(i int, c rafs.Chunk, stored []byte) error {
-				next++
-				check(i, c, stored)
-				return nil
-			})
+			err = a.ReadChunks(testCtx(t), o.ref(), img.blob, img.chunks, deliver)
 		}
 		if err != nil || next != len(img.chunks) {
-			t.Fatalf("staged %v: %d of %d chunks delivered, %v", staged, next, len(img.chunks), err)
+			t.Fatalf("early %v: %d of %d chunks delivered, %v", early, next, len(img.chunks), err)
+		}
+		for _, c := range img.chunks {
+			waitFor(t, "every chunk cached and announced", func() bool { return kept(c) })
 		}
 		if got, want := a.Stats().OriginBytes, storedBytes(img.chunks); got != want {
-			t.Errorf("staged %v: %d bytes from the origin, want %d", staged, got, want)
+			t.Errorf("early %v: %d bytes from the origin, want %d", early, got, want)
 		}
 	}
 }

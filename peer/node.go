@@ -68,7 +68,7 @@ type Node struct {
 	closed  bool
 }
 
-var _ proxy.StagedChunkSource = (*Node)(nil)
+var _ proxy.EarlyChunkSource = (*Node)(nil)
 
 // NewNode returns a Node that fetches over h and keeps chunks in c. r may
 // be nil: the node then uses no scheduler and goes to peers it learnt of

@@ -105,9 +105,8 @@ func parseBatchRequest(data []byte) (repo string, blob rafs.Digest, chunks []raf
 // serveChunks is the batch endpoint: it checks the request, answers 200
 // and streams one frame per chunk as the ChunkSource delivers it,
 // flushing each, and a failed frame for the first chunk it cannot get.
-// To a client that accepts ContentTypeChunksV2 every ok frame is followed
-// by a stored frame; a StagedChunkSource's chunk is then sent as soon as
-// it is verified and the stored frame once the source has cached it.
+// To a client that accepts ContentTypeChunksV2, an EarlyChunkSource's
+// chunks go out as soon as they are verified.
 func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBatchRequest))
 	if err != nil {
@@ -140,21 +139,7 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	next := 0
 	var writeErr error
 	var hdr []byte
-	write := func(b []byte) error {
-		if _, err := w.Write(b); err != nil {
-			writeErr = err
-			return err
-		}
-		return nil
-	}
-	flush := func() error {
-		if err := rc.Flush(); err != nil {
-			writeErr = err
-			return err
-		}
-		return nil
-	}
-	deliver := func(i int, c rafs.Chunk, stored []byte, kept func() error) error {
+	deliver := func(i int, c rafs.Chunk, stored []byte) error {
 		switch {
 		case i != next:
 			return fmt.Errorf("chunk source delivered chunk %d, want %d", i, next)
@@ -162,38 +147,25 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 			return fmt.Errorf("chunk source delivered chunk %d with flags %#x and %d bytes", i, c.Flags, len(stored))
 		}
 		hdr = appendOKFrame(hdr[:0], c.Flags, len(stored))
-		if err := write(hdr); err != nil {
+		if _, err := w.Write(hdr); err != nil {
+			writeErr = err
 			return err
 		}
-		if err := write(stored); err != nil {
+		if _, err := w.Write(stored); err != nil {
+			writeErr = err
 			return err
 		}
-		if v2 {
-			if kept != nil {
-				// The client verifies the chunk while the source caches it.
-				if err := flush(); err != nil {
-					return err
-				}
-				if err := kept(); err != nil {
-					return err
-				}
-			}
-			if err := write(appendStoredFrame(hdr[:0])); err != nil {
-				return err
-			}
-		}
-		if err := flush(); err != nil {
+		if err := rc.Flush(); err != nil {
+			writeErr = err
 			return err
 		}
 		next++
 		return nil
 	}
-	if ss, ok := s.chunks.(StagedChunkSource); ok && v2 {
-		err = ss.ReadChunksStaged(r.Context(), ref, blob, chunks, deliver)
+	if es, ok := s.chunks.(EarlyChunkSource); ok && v2 {
+		err = es.ReadChunksEarly(r.Context(), ref, blob, chunks, deliver)
 	} else {
-		err = s.chunks.ReadChunks(r.Context(), ref, blob, chunks, func(i int, c rafs.Chunk, stored []byte) error {
-			return deliver(i, c, stored, nil)
-		})
+		err = s.chunks.ReadChunks(r.Context(), ref, blob, chunks, deliver)
 	}
 	if err == nil && next != len(chunks) {
 		err = fmt.Errorf("chunk source delivered %d of %d chunks", next, len(chunks))

@@ -37,10 +37,13 @@ func NewChunkClient(baseURL string, hc *http.Client) *ChunkClient {
 }
 
 // ReadChunks implements ChunkSource. It asks for the v2 response
-// (PROTOCOL.md) and reads v1 from older peers. Each chunk is decoded and
-// verified with rafs.DecodeChunk, and in v2 its stored frame read (the
-// peer has cached it), before deliver sees it; the c given to deliver
-// carries the flags and stored size the proxy sent. Errors wrap a
+// (PROTOCOL.md), in which the peer sends each chunk it fetched as soon as
+// it has verified it and puts it in its node cache meanwhile; older peers
+// answer v1, having cached it first. Either way the peer caches every
+// chunk it delivers, so a caller sharing its node cache need not. Each
+// chunk is decoded and verified with rafs.DecodeChunk before deliver sees
+// it; the c given to deliver carries the flags and stored size the proxy
+// sent. Errors wrap a
 // *ChunkError naming the first chunk not delivered: Transient for network
 // failures, proxy or upstream 5xx/429 and a response cut short; not for
 // upstream 4xx, a chunk that fails verification (the proxy sent bad
@@ -138,38 +141,23 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 		se := &upstream.StatusError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(msg))}
 		return stored, plain, &ChunkError{Index: start, Transient: se.Transient(), Err: fmt.Errorf("proxy: %w", se)}
 	}
-	var v2 bool
-	switch mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt {
-	case ContentTypeChunks:
-	case ContentTypeChunksV2:
-		v2 = true
-	default:
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != ContentTypeChunks && mt != ContentTypeChunksV2 {
 		return stored, plain, &ChunkError{Index: start, Err: fmt.Errorf("%w: content type %q", errProtocol, resp.Header.Get("Content-Type"))}
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
-	// next reads the frame of chunk i into buf; a failed frame, a frame
-	// out of place or a broken response comes back as chunk i's error.
-	next := func(i int, buf []byte, wantStored bool) (frame, []byte, []byte, error) {
-		f, p, buf, err := readFrame(br, buf)
-		switch {
-		case err != nil:
+	for i := start; i < end; i++ {
+		var f frame
+		var p []byte
+		f, p, stored, err = readFrame(br, stored)
+		if err != nil {
 			transient := !errors.Is(err, errProtocol) && ctx.Err() == nil
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // the response ended before this chunk
 			}
-			return f, p, buf, &ChunkError{Index: i, Transient: transient, Err: fmt.Errorf("batch response: %w", err)}
-		case f.failed:
-			return f, p, buf, &ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
-		case f.stored != wantStored:
-			return f, p, buf, &ChunkError{Index: i, Err: fmt.Errorf("%w: stored frame out of place", errProtocol)}
+			return stored, plain, &ChunkError{Index: i, Transient: transient, Err: fmt.Errorf("batch response: %w", err)}
 		}
-		return f, p, buf, nil
-	}
-	for i := start; i < end; i++ {
-		var f frame
-		var p []byte
-		if f, p, stored, err = next(i, stored, false); err != nil {
-			return stored, plain, err
+		if f.failed {
+			return stored, plain, &ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
 		}
 		c := chunks[i]
 		c.Flags, c.CompressedSize = f.flags, f.length
@@ -178,13 +166,6 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 		}
 		if err := rafs.DecodeChunk(c, p, plain[:c.Size]); err != nil {
 			return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
-		}
-		if v2 {
-			// The chunk is the peer's to deliver once it has cached it:
-			// the mount then finds it there and does not write it again.
-			if _, _, _, err := next(i, nil, true); err != nil {
-				return stored, plain, err
-			}
 		}
 		if err := deliver(i, c, p, plain[:c.Size]); err != nil {
 			return stored, plain, err

@@ -11,18 +11,17 @@ import (
 
 // The batch response; PROTOCOL.md documents it byte by byte.
 const (
-	// ContentTypeChunks is the media type of a batch response body in
-	// which a chunk is delivered with its ok frame.
+	// ContentTypeChunks is the media type of a batch response body whose
+	// chunks the peer has put in the node cache before sending them.
 	ContentTypeChunks = "application/vnd.damselfly.chunks.v1"
 	// ContentTypeChunksV2 is the media type of a batch response body in
-	// which a chunk is delivered with the stored frame that follows its
-	// ok frame, once the peer has put it in the node cache. A client asks
+	// the same frames, whose chunks the peer sends as soon as it has
+	// verified them and puts in the node cache meanwhile. A client asks
 	// for it with Accept.
 	ContentTypeChunksV2 = "application/vnd.damselfly.chunks.v2"
 
 	frameOK     = 0 // status: the chunk's stored bytes follow
 	frameFailed = 1 // status: an error message follows; the response ends
-	frameStored = 2 // status (v2 only): the peer is done caching the chunk of the ok frame before
 
 	kindTransient = 0 // a failed frame's kind: asking again may succeed
 	kindPermanent = 1 // a failed frame's kind: it will not
@@ -44,7 +43,6 @@ var errProtocol = errors.New("malformed batch response")
 // frame is one decoded frame header.
 type frame struct {
 	failed    bool
-	stored    bool   // a stored frame: no payload
 	transient bool   // failed frames
 	flags     uint32 // ok frames
 	length    uint32
@@ -55,14 +53,6 @@ func appendOKFrame(b []byte, flags uint32, n int) []byte {
 	b = append(b, frameOK)
 	b = binary.BigEndian.AppendUint32(b, flags)
 	return binary.BigEndian.AppendUint32(b, uint32(n))
-}
-
-// appendStoredFrame appends a stored frame, whole: its header is an ok
-// frame's with status 2, no flags and no payload.
-func appendStoredFrame(b []byte) []byte {
-	b = append(b, frameStored)
-	b = binary.BigEndian.AppendUint32(b, 0)
-	return binary.BigEndian.AppendUint32(b, 0)
 }
 
 // appendFailedFrame appends a whole failed frame, its message cut to
@@ -105,15 +95,6 @@ func readFrame(r io.Reader, buf []byte) (frame, []byte, []byte, error) {
 		if f.length == 0 || f.length > rafs.MaxChunkSize {
 			return frame{}, nil, buf, fmt.Errorf("%w: chunk of %d bytes", errProtocol, f.length)
 		}
-	case frameStored:
-		if _, err := io.ReadFull(r, hdr[1:okHeaderLen]); err != nil {
-			return frame{}, nil, buf, unexpected(err)
-		}
-		f.stored = true
-		if flags, n := binary.BigEndian.Uint32(hdr[1:5]), binary.BigEndian.Uint32(hdr[5:9]); flags != 0 || n != 0 {
-			return frame{}, nil, buf, fmt.Errorf("%w: stored frame with flags %#x and length %d", errProtocol, flags, n)
-		}
-		return f, nil, buf, nil
 	case frameFailed:
 		if _, err := io.ReadFull(r, hdr[1:failedHeaderLen]); err != nil {
 			return frame{}, nil, buf, unexpected(err)

@@ -28,18 +28,13 @@ func TestFrameRoundTrip(t *testing.T) {
 	if _, _, _, err := readFrame(r, nil); err != io.EOF {
 		t.Errorf("after the last frame: got %v, want io.EOF", err)
 	}
-	if f, p, _, err := readFrame(bytes.NewReader(appendStoredFrame(nil)), nil); err != nil || !f.stored || f.failed || len(p) != 0 {
-		t.Errorf("stored frame: got %+v %q %v", f, p, err)
-	}
 	for name, in := range map[string][]byte{
-		"status":        {7},
-		"flags":         {0, 0, 0, 0, 2, 0, 0, 0, 1, 0},
-		"zero":          {0, 0, 0, 0, 0, 0, 0, 0, 0},
-		"huge":          {0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff},
-		"kind":          {1, 9, 0, 0, 0, 0, 0, 0, 0, 0},
-		"msg size":      {1, 0, 0, 0, 0, 0, 0, 0, 8, 0},
-		"stored flags":  {2, 0, 0, 0, 1, 0, 0, 0, 0},
-		"stored length": {2, 0, 0, 0, 0, 0, 0, 0, 1, 'x'},
+		"status":   {7},
+		"flags":    {0, 0, 0, 0, 2, 0, 0, 0, 1, 0},
+		"zero":     {0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"huge":     {0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff},
+		"kind":     {1, 9, 0, 0, 0, 0, 0, 0, 0, 0},
+		"msg size": {1, 0, 0, 0, 0, 0, 0, 0, 8, 0},
 	} {
 		if _, _, _, err := readFrame(bytes.NewReader(in), nil); !errors.Is(err, errProtocol) {
 			t.Errorf("%s: got %v, want errProtocol", name, err)
@@ -55,8 +50,6 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add(appendFailedFrame(nil, false, "upstream 404"))
 	f.Add(append(appendOKFrame(nil, 1, 2), 'x'))
 	f.Add([]byte{0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
-	f.Add(append(append(appendOKFrame(nil, 0, 1), 'x'), appendStoredFrame(nil)...))
-	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 1, 'x'})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := bytes.NewReader(data)
 		var buf []byte

@@ -27,19 +27,17 @@ type ChunkSource interface {
 		deliver func(i int, c rafs.Chunk, stored []byte) error) error
 }
 
-// StagedChunkSource is a ChunkSource that can hand a chunk over as soon
+// EarlyChunkSource is a ChunkSource that can hand a chunk over as soon
 // as it has verified it, before it has finished keeping it (putting it
 // in the node cache and announcing it), so that the batch endpoint sends
 // the bytes while the source writes them. The server uses it, found by
 // type assertion, for clients that accept ContentTypeChunksV2.
-type StagedChunkSource interface {
+type EarlyChunkSource interface {
 	ChunkSource
-	// ReadChunksStaged is ReadChunks whose deliver also gets kept: it
-	// blocks until the source is done keeping chunk i (it is in the node
-	// cache, or the cache refused it, which is not an error) and returns
-	// nil, or an error wrapping a *ChunkError for chunk i when ctx ended
-	// first. deliver may call kept at most once, during the call. stored
-	// has been verified when deliver sees it.
-	ReadChunksStaged(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk,
-		deliver func(i int, c rafs.Chunk, stored []byte, kept func() error) error) error
+	// ReadChunksEarly is ReadChunks except that a chunk the source
+	// fetched is delivered once verified, possibly before it is in the
+	// node cache: the source puts it there itself, so the caller need not
+	// (and, sharing the cache, should not).
+	ReadChunksEarly(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+		deliver func(i int, c rafs.Chunk, stored []byte) error) error
 }
