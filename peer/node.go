@@ -62,6 +62,8 @@ type Node struct {
 	stop context.CancelFunc
 	wg   sync.WaitGroup // fetch goroutines
 
+	writes chan struct{} // a slot per cache write in the background
+
 	mu      sync.Mutex
 	flights map[rafs.Digest]*flight
 	avoid   map[lpeer.ID]time.Time
@@ -102,6 +104,7 @@ func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r Router, origin Origi
 		transient: upstream.IsTransient,
 		log:       log, m: m, hold: hold, recent: newRecent(),
 		life: life, stop: stop,
+		writes:  make(chan struct{}, maxBackgroundWrites),
 		flights: make(map[rafs.Digest]*flight),
 		avoid:   make(map[lpeer.ID]time.Time),
 	}, nil
