@@ -469,7 +469,11 @@ func (f *Fetcher) accept(blob rafs.Blob, k, as rafs.Chunk, stored, plain []byte,
 		f.log.Warn("chunk failed verification", "chunk", k.Digest.String(), "blob", blob.Digest.String(), "source", src, "err", err)
 		return nil, err
 	}
-	f.store(as, stored, dec, keep)
+	// A chunk decoded on its way from the node's peer came through its
+	// batch endpoint, and the peer puts every chunk it serves there in the
+	// node cache itself (perhaps still doing so): writing it here too
+	// would write it twice.
+	f.store(as, stored, dec, keep, !(plain != nil && src == SourceProxy))
 	return dec, nil
 }
 
@@ -495,11 +499,11 @@ func (f *Fetcher) plan(c rafs.Chunk) []rafs.Chunk {
 }
 
 // store keeps a verified chunk: in the node cache (stored form, shared with
-// the node's peer) and then in memory (decoded), so that a chunk seen in
-// memory is in the cache too. A full disk only loses the cache copy; the
-// read is served from memory.
-func (f *Fetcher) store(k rafs.Chunk, stored, dec []byte, keep bool) {
-	if f.cache != nil {
+// the node's peer) unless toCache is false (the peer caches it), and then
+// in memory (decoded), so that a chunk seen in memory is in the cache too.
+// A full disk only loses the cache copy; the read is served from memory.
+func (f *Fetcher) store(k rafs.Chunk, stored, dec []byte, keep, toCache bool) {
+	if f.cache != nil && toCache {
 		f.putCache(k, stored)
 	}
 	if keep || f.cache == nil {

@@ -10,7 +10,9 @@
 //   - node.go: Node, NewNode, Run (holdings upkeep) and Close; config.go
 //     its NodeConfig.
 //   - fetch_read.go: ReadChunks, which delivers in request order, reading
-//     cache hits in turn and waiting for the misses' fetch.
+//     cache hits in turn and waiting for the misses' fetch, and
+//     ReadChunksEarly, which hands a fetched chunk over as soon as it is
+//     verified, while the node caches and announces it.
 //   - fetch_flight.go: one fetch per chunk digest however many reads want
 //     it, cancelled only when every read waiting for it has gone.
 //   - fetch.go, fetch_round.go: the retry loop of a batch of misses: ask
@@ -46,7 +48,8 @@
 //     through the Node, reporting progress until done or cancelled.
 //
 // Every chunk is verified against its digest before it is cached, handed
-// to a reader or announced. Subpackages: host (the libp2p host), exchange
-// (the chunk and piece table protocols), piece (piece tables), cache (the
-// node cache), daemon (the assembled peer daemon).
+// to a reader or announced, and announced only once it is in the node
+// cache. Subpackages: host (the libp2p host), exchange (the chunk and
+// piece table protocols), piece (piece tables), cache (the node cache),
+// daemon (the assembled peer daemon).
 package peer

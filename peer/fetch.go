@@ -26,8 +26,9 @@ var errNoSource = errors.New("no peer holds it and the origin did not serve it")
 // group is the state of one batch's fetch: the chunks still pending,
 // by ordinal, and what the current round achieved.
 type group struct {
-	blob rafs.Digest
-	up   proxy.Upstream
+	blob    rafs.Digest
+	up      proxy.Upstream
+	keeping *sync.WaitGroup // the fetch's cache writes in the background
 
 	mu       sync.Mutex
 	pending  map[uint32]*flight
@@ -97,6 +98,7 @@ func (g *group) left() int {
 // them, with its bytes or an error, before it returns.
 func (n *Node) fetch(ctx context.Context, up proxy.Upstream, blob rafs.Digest, lead []*flight) {
 	all := lead
+	var keeping sync.WaitGroup
 	defer func() {
 		// Flights still unfinished were cancelled: no read waits for them
 		// (finish ignores the others).
@@ -111,10 +113,11 @@ func (n *Node) fetch(ctx context.Context, up proxy.Upstream, blob rafs.Digest, l
 			n.finish(f, rafs.Chunk{}, nil, err, true)
 		}
 	}()
+	defer keeping.Wait() // before the cleanup above: a flight is done only once kept
 	// The protocol names chunks by ordinal: a batch with two chunks of one
 	// ordinal (only a broken request has them) is fetched in groups.
 	for len(lead) > 0 && ctx.Err() == nil {
-		g := &group{blob: blob, up: up, pending: make(map[uint32]*flight)}
+		g := &group{blob: blob, up: up, keeping: &keeping, pending: make(map[uint32]*flight)}
 		var rest []*flight
 		for _, f := range lead {
 			if _, dup := g.pending[f.want.Ordinal]; dup {
@@ -219,24 +222,44 @@ func (n *Node) fromCache(g *group) {
 	}
 }
 
-// arrived handles a verified chunk of g from a peer or the origin: it is
-// cached, recorded as held and announced, then handed to its waiters (so
-// that a reader that got it can count on other peers finding it). A copy
-// that comes second (a hedged request and the one it hedged both got
-// it) is dropped.
+// arrived handles a verified chunk of g from a peer or the origin,
+// whose stored bytes are valid only during the call: see keep.
 func (n *Node) arrived(g *group, c rafs.Chunk, stored []byte, source string) {
+	n.keep(g, c, bytes.Clone(stored), source)
+}
+
+// keep handles a verified chunk of g, whose stored bytes it may keep (no
+// one writes them any more): it hands them to the reads that can take a
+// chunk before it is kept (the batch endpoint sends it meanwhile), then,
+// in the background (at most maxBackgroundWrites at once on the node, so
+// that the fetch verifies the next chunk meanwhile), caches the chunk,
+// records it as held and announces it, and only then makes it done, for
+// the reads that wait for that (so that a reader that got it can count on
+// other peers finding it). The fetch waits for its writes before it ends.
+func (n *Node) keep(g *group, c rafs.Chunk, stored []byte, source string) {
 	f := g.take(c.Ordinal)
 	if f == nil {
+		// A copy that comes second (a hedged request and the one it
+		// hedged both got it): the first is being kept.
 		n.m.duplicate(len(stored))
 		return
 	}
-	cp := bytes.Clone(stored)
-	n.m.delivered(source, len(cp))
-	if err := n.cache.PutChunk(c, cp); err != nil {
-		n.log.Warn("caching a chunk", "chunk", c.Digest, "err", err)
-	} else {
-		n.hold.add(g.blob, c.Ordinal, c.Digest)
-		n.router.Announce(g.blob, []uint32{c.Ordinal})
-	}
-	n.finish(f, c, cp, nil, false)
+	n.m.delivered(source, len(stored))
+	n.ready(f, c, stored)
+	n.writes <- struct{}{}
+	g.keeping.Add(1)
+	go func() {
+		defer g.keeping.Done()
+		defer func() { <-n.writes }()
+		if err := n.cache.PutChunk(c, stored); err != nil {
+			n.log.Warn("caching a chunk", "chunk", c.Digest, "err", err)
+		} else {
+			n.hold.add(g.blob, c.Ordinal, c.Digest)
+			n.router.Announce(g.blob, []uint32{c.Ordinal})
+		}
+		n.kept(f)
+	}()
 }
+
+// maxBackgroundWrites bounds the node's cache writes in flight.
+const maxBackgroundWrites = 4

@@ -9,13 +9,19 @@ import (
 
 // flight is one chunk being fetched, keyed by digest in Node.flights, so
 // that concurrent reads of a chunk wait for one fetch. Its result fields
-// are written once, before done is closed.
+// are written once, before ready is closed. A fetched chunk is ready once
+// verified and done once kept (cached, recorded and announced); a failed
+// one or a cache hit is both at once. It stays in Node.flights until
+// done, so that a read coming meanwhile joins it rather than fetching
+// the chunk again.
 type flight struct {
-	want rafs.Chunk // as the leading read asked for it
-	b    *batch
-	done chan struct{}
+	want  rafs.Chunk // as the leading read asked for it
+	b     *batch
+	ready chan struct{}
+	done  chan struct{}
 
-	finished  bool // guarded by Node.mu
+	finished  bool // ready closed; guarded by Node.mu
+	kept      bool // done closed; guarded by Node.mu
 	got       rafs.Chunk
 	stored    []byte
 	err       error
@@ -44,7 +50,7 @@ func (n *Node) join(up proxy.Upstream, blob rafs.Digest, cs []rafs.Chunk) []*fli
 		f := n.flights[c.Digest]
 		switch {
 		case f == nil || closed:
-			f = &flight{want: c, b: b, done: make(chan struct{})}
+			f = &flight{want: c, b: b, ready: make(chan struct{}), done: make(chan struct{})}
 			if !closed {
 				n.flights[c.Digest] = f
 			}
@@ -99,18 +105,48 @@ func (n *Node) leave(fs []*flight) {
 	}
 }
 
-// finish records f's result and wakes its waiters. Only the first call
-// counts.
+// finish records f's result, makes it ready and done, and wakes its
+// waiters. Only the first result counts: finishing a flight that is ready
+// only makes it done.
 func (n *Node) finish(f *flight, got rafs.Chunk, stored []byte, err error, transient bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.readyLocked(f, got, stored, err, transient)
+	n.keptLocked(f)
+}
+
+// ready records f's verified bytes and wakes the waiters that can use
+// them before they are kept; kept must follow. Only the first result
+// counts.
+func (n *Node) ready(f *flight, got rafs.Chunk, stored []byte) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.readyLocked(f, got, stored, nil, false)
+}
+
+// kept makes a ready flight done.
+func (n *Node) kept(f *flight) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.keptLocked(f)
+}
+
+func (n *Node) readyLocked(f *flight, got rafs.Chunk, stored []byte, err error, transient bool) {
 	if f.finished {
 		return
 	}
 	f.finished = true
+	f.got, f.stored, f.err, f.transient = got, stored, err, transient
+	close(f.ready)
+}
+
+func (n *Node) keptLocked(f *flight) {
+	if f.kept {
+		return
+	}
+	f.kept = true
 	if n.flights[f.want.Digest] == f {
 		delete(n.flights, f.want.Digest)
 	}
-	f.got, f.stored, f.err, f.transient = got, stored, err, transient
 	close(f.done)
 }

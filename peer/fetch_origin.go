@@ -69,6 +69,10 @@ func (n *Node) fetchOrigin(ctx context.Context, g *group, cs []rafs.Chunk, turn 
 	wg.Wait()
 }
 
+// fetchRun fetches one run from the origin. With a StreamingOrigin each
+// chunk is verified, on a goroutine of its own, as soon as its bytes are
+// in, while the rest of the run arrives; a read that fails part-way
+// keeps the chunks that arrived whole.
 func (n *Node) fetchRun(ctx context.Context, g *group, run originRun, turn bool) {
 	ords := func(cs []rafs.Chunk) []uint32 {
 		out := make([]uint32, len(cs))
@@ -77,35 +81,83 @@ func (n *Node) fetchRun(ctx context.Context, g *group, run originRun, turn bool)
 		}
 		return out
 	}
+	// buf is this run's own: the chunks keep their slices of it.
 	buf := make([]byte, run.end-run.off)
-	if err := n.origin.ReadRange(ctx, g.up, g.blob, run.off, buf); err != nil {
-		if turn {
-			n.router.Abandon(g.blob, ords(run.chunks))
+	arrived := make(chan rafs.Chunk, len(run.chunks))
+	next, filled := 0, 0 // chunks sent to the verifier, bytes of buf in
+	progress := func(k int) {
+		filled = k
+		for next < len(run.chunks) {
+			c := run.chunks[next]
+			if int64(c.CompressedOffset)+int64(c.CompressedSize)-run.off > int64(k) {
+				break
+			}
+			arrived <- c
+			next++
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		err = fmt.Errorf("origin: read %d bytes at %d of blob %s: %w", len(buf), run.off, g.blob, err)
-		if !n.transient(err) {
-			n.failNow(g, run.chunks, err)
-			return
-		}
-		n.log.Debug("origin failed; will retry", "err", err)
-		g.noteErr(err)
-		return
 	}
-	n.m.originRequest(len(buf))
 	var bad []uint32
-	for _, c := range run.chunks {
-		stored := buf[int64(c.CompressedOffset)-run.off:][:c.CompressedSize]
-		if err := rafs.DecodeChunk(c, stored, make([]byte, c.Size)); err != nil {
-			bad = append(bad, c.Ordinal)
-			g.noteErr(fmt.Errorf("origin: chunk %d of blob %s: %w", c.Ordinal, g.blob, err))
-			continue
+	verified := make(chan struct{})
+	go func() {
+		defer close(verified)
+		scratch := getScratch()
+		defer putScratch(scratch)
+		for c := range arrived {
+			stored := buf[int64(c.CompressedOffset)-run.off:][:c.CompressedSize]
+			if err := verify(c, stored, scratch); err != nil {
+				bad = append(bad, c.Ordinal)
+				g.noteErr(fmt.Errorf("origin: chunk %d of blob %s: %w", c.Ordinal, g.blob, err))
+				continue
+			}
+			n.keep(g, c, stored, sourceOrigin)
 		}
-		n.arrived(g, c, stored, sourceOrigin)
+	}()
+	var err error
+	if so, ok := n.origin.(StreamingOrigin); ok {
+		err = so.ReadRangeFunc(ctx, g.up, g.blob, run.off, buf, progress)
+	} else if err = n.origin.ReadRange(ctx, g.up, g.blob, run.off, buf); err == nil {
+		progress(len(buf))
+	}
+	close(arrived)
+	<-verified
+	if filled > 0 {
+		n.m.originRequest(filled)
 	}
 	if turn && len(bad) > 0 {
 		n.router.Abandon(g.blob, bad)
 	}
+	if err == nil {
+		return
+	}
+	rest := run.chunks[next:] // the chunks that did not arrive whole
+	if turn {
+		n.router.Abandon(g.blob, ords(rest))
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	err = fmt.Errorf("origin: read %d bytes at %d of blob %s: %w", len(buf), run.off, g.blob, err)
+	if !n.transient(err) {
+		n.failNow(g, rest, err)
+		return
+	}
+	n.log.Debug("origin failed; will retry", "err", err)
+	g.noteErr(err)
+}
+
+// scratchPool holds buffers for the decoded bytes of chunks being
+// verified, which are thrown away: a fresh 1 MiB buffer per chunk costs
+// its zeroing and the garbage collector's time.
+var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
+
+func getScratch() *[]byte  { return scratchPool.Get().(*[]byte) }
+func putScratch(b *[]byte) { scratchPool.Put(b) }
+
+// verify decodes stored as c describes it into scratch's buffer (grown if
+// needed) and checks it against c.Digest.
+func verify(c rafs.Chunk, stored []byte, scratch *[]byte) error {
+	if cap(*scratch) < int(c.Size) {
+		*scratch = make([]byte, c.Size)
+	}
+	return rafs.DecodeChunk(c, stored, (*scratch)[:c.Size])
 }

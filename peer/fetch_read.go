@@ -11,10 +11,26 @@ import (
 // are read and verified from it; the misses are fetched in one batch in
 // the background (collapsed with other reads' fetches of the same
 // digests) while deliver is called in request order, so chunks that
-// arrive early wait in memory for their turn. A chunk nobody can serve is
+// arrive early wait in memory for their turn. A fetched chunk is
+// delivered once it is cached and announced. A chunk nobody can serve is
 // retried until NodeConfig.FetchDeadline passes without progress; the
 // error then wraps a *proxy.ChunkError naming it.
 func (n *Node) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	return n.readChunks(ctx, up, blob, chunks, true, deliver)
+}
+
+// ReadChunksEarly implements proxy.EarlyChunkSource: it is ReadChunks
+// delivering each fetched chunk as soon as it is verified, while this
+// node caches and announces it.
+func (n *Node) ReadChunksEarly(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	return n.readChunks(ctx, up, blob, chunks, false, deliver)
+}
+
+// readChunks is ReadChunks, which waits until a fetched chunk is kept
+// (cached and announced) before delivering it when waitKept is set.
+func (n *Node) readChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk, waitKept bool,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	if len(chunks) == 0 {
 		return nil
@@ -67,8 +83,12 @@ func (n *Node) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Dige
 			defer n.leave(fs)
 			f = fs[0]
 		}
+		wait := f.ready
+		if waitKept {
+			wait = f.done
+		}
 		select {
-		case <-f.done:
+		case <-wait:
 		case <-ctx.Done():
 			n.m.failure()
 			return chunkError(i, true, ctx.Err())
@@ -104,8 +124,9 @@ func (n *Node) readCache(c rafs.Chunk) (rafs.Chunk, []byte, bool) {
 	} else {
 		sc.Flags &^= rafs.ChunkCompressed
 	}
-	scratch := make([]byte, c.Size)
-	if err := rafs.DecodeChunk(sc, stored, scratch); err != nil {
+	scratch := getScratch()
+	defer putScratch(scratch)
+	if err := verify(sc, stored, scratch); err != nil {
 		n.log.Warn("cached chunk fails verification; removing it", "chunk", c.Digest, "err", err)
 		_ = n.cache.Remove(c.Digest)
 		return c, nil, false

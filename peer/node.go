@@ -27,6 +27,19 @@ type Origin interface {
 	ReadRange(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, p []byte) error
 }
 
+// StreamingOrigin is an Origin that reports a read's progress, so that
+// the chunks of a range are verified while the rest arrives; the upstream
+// client is one. The Node uses it, found by type assertion.
+type StreamingOrigin interface {
+	Origin
+	// ReadRangeFunc is ReadRange that calls progress(n), on the calling
+	// goroutine, each time p[:n] has grown; bytes once reported are
+	// final.
+	ReadRangeFunc(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, p []byte, progress func(n int)) error
+}
+
+var _ StreamingOrigin = (*upstream.Client)(nil)
+
 // ErrClosed is returned by reads of a Node that was closed.
 var ErrClosed = errors.New("peer: node closed")
 
@@ -52,6 +65,8 @@ type Node struct {
 	stop context.CancelFunc
 	wg   sync.WaitGroup // fetch goroutines
 
+	writes chan struct{} // a slot per cache write in the background
+
 	mu      sync.Mutex
 	flights map[rafs.Digest]*flight
 	avoid   map[lpeer.ID]time.Time // peers that sent bad bytes
@@ -59,7 +74,7 @@ type Node struct {
 	closed  bool
 }
 
-var _ proxy.ChunkSource = (*Node)(nil)
+var _ proxy.EarlyChunkSource = (*Node)(nil)
 
 // NewNode returns a Node that fetches over h and keeps chunks in c. r may
 // be nil: the node then uses no scheduler and goes to peers it learnt of
@@ -101,6 +116,7 @@ func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r Router, origin Origi
 		transient: upstream.IsTransient,
 		log:       log, m: m, hold: hold, recent: newRecent(),
 		life: life, stop: stop,
+		writes:  make(chan struct{}, maxBackgroundWrites),
 		flights: make(map[rafs.Digest]*flight),
 		avoid:   make(map[lpeer.ID]time.Time),
 		slow:    make(map[lpeer.ID]time.Time),

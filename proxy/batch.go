@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
+	"strings"
 
 	"damselfly/proxy/upstream"
 	"damselfly/rafs"
@@ -103,6 +105,8 @@ func parseBatchRequest(data []byte) (repo string, blob rafs.Digest, chunks []raf
 // serveChunks is the batch endpoint: it checks the request, answers 200
 // and streams one frame per chunk as the ChunkSource delivers it,
 // flushing each, and a failed frame for the first chunk it cannot get.
+// To a client that accepts ContentTypeChunksV2, an EarlyChunkSource's
+// chunks go out as soon as they are verified.
 func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBatchRequest))
 	if err != nil {
@@ -121,8 +125,13 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	}
 	s.m.batchChunks.Observe(float64(len(chunks)))
 
+	v2 := acceptsV2(r.Header.Values("Accept"))
 	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", ContentTypeChunks)
+	if v2 {
+		w.Header().Set("Content-Type", ContentTypeChunksV2)
+	} else {
+		w.Header().Set("Content-Type", ContentTypeChunks)
+	}
 	w.WriteHeader(http.StatusOK)
 	rc.Flush()
 
@@ -130,7 +139,7 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	next := 0
 	var writeErr error
 	var hdr []byte
-	err = s.chunks.ReadChunks(r.Context(), ref, blob, chunks, func(i int, c rafs.Chunk, stored []byte) error {
+	deliver := func(i int, c rafs.Chunk, stored []byte) error {
 		switch {
 		case i != next:
 			return fmt.Errorf("chunk source delivered chunk %d, want %d", i, next)
@@ -152,7 +161,12 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 		}
 		next++
 		return nil
-	})
+	}
+	if es, ok := s.chunks.(EarlyChunkSource); ok && v2 {
+		err = es.ReadChunksEarly(r.Context(), ref, blob, chunks, deliver)
+	} else {
+		err = s.chunks.ReadChunks(r.Context(), ref, blob, chunks, deliver)
+	}
 	if err == nil && next != len(chunks) {
 		err = fmt.Errorf("chunk source delivered %d of %d chunks", next, len(chunks))
 	}
@@ -171,4 +185,17 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	s.log.Debug("batch failed", "repo", repo, "blob", blob, "chunk", next, "transient", transient, "err", err)
 	w.Write(appendFailedFrame(nil, transient, err.Error()))
 	rc.Flush()
+}
+
+// acceptsV2 reports whether Accept header values list
+// ContentTypeChunksV2.
+func acceptsV2(accept []string) bool {
+	for _, v := range accept {
+		for part := range strings.SplitSeq(v, ",") {
+			if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == ContentTypeChunksV2 {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -36,9 +36,14 @@ func NewChunkClient(baseURL string, hc *http.Client) *ChunkClient {
 	return &ChunkClient{url: strings.TrimRight(baseURL, "/") + BatchPath, hc: hc}
 }
 
-// ReadChunks implements ChunkSource. Each chunk is decoded and verified
-// with rafs.DecodeChunk before deliver sees it; the c given to deliver
-// carries the flags and stored size the proxy sent. Errors wrap a
+// ReadChunks implements ChunkSource. It asks for the v2 response
+// (PROTOCOL.md), in which the peer sends each chunk it fetched as soon as
+// it has verified it and puts it in its node cache meanwhile; older peers
+// answer v1, having cached it first. Either way the peer caches every
+// chunk it delivers, so a caller sharing its node cache need not. Each
+// chunk is decoded and verified with rafs.DecodeChunk before deliver sees
+// it; the c given to deliver carries the flags and stored size the proxy
+// sent. Errors wrap a
 // *ChunkError naming the first chunk not delivered: Transient for network
 // failures, proxy or upstream 5xx/429 and a response cut short; not for
 // upstream 4xx, a chunk that fails verification (the proxy sent bad
@@ -119,7 +124,7 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 		return stored, plain, &ChunkError{Index: start, Err: err}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", ContentTypeChunks)
+	hreq.Header.Set("Accept", ContentTypeChunksV2+", "+ContentTypeChunks)
 	if up.Registry != "" {
 		hreq.Header.Set(HeaderRegistry, up.Registry)
 	}
@@ -136,7 +141,7 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 		se := &upstream.StatusError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(msg))}
 		return stored, plain, &ChunkError{Index: start, Transient: se.Transient(), Err: fmt.Errorf("proxy: %w", se)}
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != ContentTypeChunks {
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != ContentTypeChunks && mt != ContentTypeChunksV2 {
 		return stored, plain, &ChunkError{Index: start, Err: fmt.Errorf("%w: content type %q", errProtocol, resp.Header.Get("Content-Type"))}
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
@@ -166,5 +171,11 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 			return stored, plain, err
 		}
 	}
+	// Read on to the end of the body, which follows the last frame at
+	// once, so that the connection goes back to the pool: a closed one
+	// costs the next batch a handshake and a cold TCP window. Data after
+	// the last frame breaks the protocol; the chunks are delivered anyway
+	// and the connection is dropped.
+	_, _ = br.Peek(1)
 	return stored, plain, nil
 }

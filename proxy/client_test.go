@@ -2,8 +2,12 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
+	"net"
+	"net/http"
+	"sync/atomic"
 	"testing"
 
 	"damselfly/proxy"
@@ -102,5 +106,58 @@ func TestChunkClientDecodedDeliverError(t *testing.T) {
 		})
 	if err != stop || n != 2 {
 		t.Errorf("got %v after %d chunks, want deliver's own error after 2", err, n)
+	}
+}
+
+// Batches one after the other go over one connection: the client reads
+// each response to its end, so the connection returns to the pool. The
+// source ends each response only after the client has taken its last
+// chunk, as a peer does whose last chunk is large.
+func TestChunkClientReusesConnection(t *testing.T) {
+	t.Parallel()
+	taken := make(chan struct{}, 1)
+	e := newEnv(t, envOptions{source: func(up *upstream.Client) proxy.ChunkSource {
+		return &lingeringSource{inner: &registrySource{up: up}, release: taken}
+	}})
+	img := buildImage(t, e.reg, "rafs/app")
+	var dials atomic.Int32
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	cc := proxy.NewChunkClient(e.url, &http.Client{Transport: tr})
+	up := proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}
+	for i, c := range img.chunks[:4] {
+		err := cc.ReadChunks(testCtx(t), up, img.blob, []rafs.Chunk{c}, func(int, rafs.Chunk, []byte) error {
+			taken <- struct{}{}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("4 batches in a row dialled %d connections, want 1", n)
+	}
+}
+
+// lingeringSource returns from each read only once release yields (or
+// the request ends), after the inner source delivered everything.
+type lingeringSource struct {
+	inner   proxy.ChunkSource
+	release chan struct{}
+}
+
+func (s *lingeringSource) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	if err := s.inner.ReadChunks(ctx, up, blob, chunks, deliver); err != nil {
+		return err
+	}
+	select {
+	case <-s.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -15,7 +15,8 @@
 //   - The batch chunk endpoint (POST /api/v1/chunks): a mount daemon asks
 //     for many chunks of one RAFS blob at once and reads them back as a
 //     stream of frames, each sent as soon as the ChunkSource (the peer's
-//     node: cache, other peers, origin) delivers it. PROTOCOL.md documents
+//     node: cache, other peers, origin) delivers it; an EarlyChunkSource's
+//     chunks go out once verified, while the source caches them. PROTOCOL.md documents
 //     the wire format byte by byte; ChunkClient is its client side and
 //     implements ChunkSource itself, verifying every chunk it receives.
 //   - /healthz and /metrics (Prometheus).

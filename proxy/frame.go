@@ -11,8 +11,14 @@ import (
 
 // The batch response; PROTOCOL.md documents it byte by byte.
 const (
-	// ContentTypeChunks is the media type of a batch response body.
+	// ContentTypeChunks is the media type of a batch response body whose
+	// chunks the peer has put in the node cache before sending them.
 	ContentTypeChunks = "application/vnd.damselfly.chunks.v1"
+	// ContentTypeChunksV2 is the media type of a batch response body in
+	// the same frames, whose chunks the peer sends as soon as it has
+	// verified them and puts in the node cache meanwhile. A client asks
+	// for it with Accept.
+	ContentTypeChunksV2 = "application/vnd.damselfly.chunks.v2"
 
 	frameOK     = 0 // status: the chunk's stored bytes follow
 	frameFailed = 1 // status: an error message follows; the response ends

@@ -26,3 +26,18 @@ type ChunkSource interface {
 	ReadChunks(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk,
 		deliver func(i int, c rafs.Chunk, stored []byte) error) error
 }
+
+// EarlyChunkSource is a ChunkSource that can hand a chunk over as soon
+// as it has verified it, before it has finished keeping it (putting it
+// in the node cache and announcing it), so that the batch endpoint sends
+// the bytes while the source writes them. The server uses it, found by
+// type assertion, for clients that accept ContentTypeChunksV2.
+type EarlyChunkSource interface {
+	ChunkSource
+	// ReadChunksEarly is ReadChunks except that a chunk the source
+	// fetched is delivered once verified, possibly before it is in the
+	// node cache: the source puts it there itself, so the caller need not
+	// (and, sharing the cache, should not).
+	ReadChunksEarly(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+		deliver func(i int, c rafs.Chunk, stored []byte) error) error
+}

@@ -22,7 +22,9 @@ type DeliverFunc func(i int, c rafs.Chunk, stored []byte) error
 // chunk. plain, when not nil, is the chunk's decoded content (c.Size
 // bytes), already checked against c.Digest by this process on its way
 // from the local peer's batch endpoint (proxy.ChunkClient), so the callee
-// need not decode and hash it again; stored and plain are valid only
+// need not decode and hash it again, and src is SourceProxy: that peer
+// puts the chunk in its node cache itself (it may still be doing so), so
+// a callee sharing the cache need not write it; stored and plain are valid only
 // during the call. plain is nil for bytes read by range (from the
 // registry, an OCI layout, or a proxy without the batch endpoint): those
 // are unverified and the callee must verify them (rafs.DecodeChunk).

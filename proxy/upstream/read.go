@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,6 +25,16 @@ const MaxRange = 256 << 20
 // 401/403/404), ErrRange for bytes beyond the blob, or a network error.
 // p must not be used by the caller until ReadRange returns.
 func (c *Client) ReadRange(ctx context.Context, ref Ref, blob rafs.Digest, off int64, p []byte) error {
+	return c.ReadRangeFunc(ctx, ref, blob, off, p, nil)
+}
+
+// ReadRangeFunc is ReadRange that also tells progress, while the bytes
+// arrive, how much of p is filled: progress(n) is called on the calling
+// goroutine each time p[:n] has grown, n up to len(p). Bytes once
+// reported are final: a retry after a transient failure asks only for
+// the rest, so the caller may read p[:n] as soon as progress(n) is called
+// (and not write it). progress may be nil.
+func (c *Client) ReadRangeFunc(ctx context.Context, ref Ref, blob rafs.Digest, off int64, p []byte, progress func(n int)) error {
 	if len(p) == 0 {
 		return nil
 	}
@@ -34,8 +45,16 @@ func (c *Client) ReadRange(ctx context.Context, ref Ref, blob rafs.Digest, off i
 		return fmt.Errorf("read %s [%d, +%d): bad range", blob, off, len(p))
 	}
 	var err error
+	done := 0
+	report := func(n int) {
+		if progress != nil {
+			progress(done + n)
+		}
+	}
 	for attempt := 0; ; attempt++ {
-		err = c.readOnce(ctx, ref, blob, off, p)
+		var got int
+		got, err = c.readOnce(ctx, ref, blob, off+int64(done), p[done:], report)
+		done += got
 		if err == nil || !IsTransient(err) || attempt >= c.cfg.RetryLimit || ctx.Err() != nil {
 			break
 		}
@@ -50,12 +69,14 @@ func (c *Client) ReadRange(ctx context.Context, ref Ref, blob rafs.Digest, off i
 	return nil
 }
 
-func (c *Client) readOnce(ctx context.Context, ref Ref, blob rafs.Digest, off int64, p []byte) error {
+// readOnce is one ranged GET for p, reporting progress as readRange
+// does. It returns how many bytes of p it filled.
+func (c *Client) readOnce(ctx context.Context, ref Ref, blob rafs.Digest, off int64, p []byte, report func(n int)) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	base, err := c.registryOf(ref)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	u := base + "/v2/" + ref.Repo + "/blobs/" + blob.String()
 	rng := rangeHeader(off, len(p))
@@ -69,10 +90,10 @@ func (c *Client) readOnce(ctx context.Context, ref Ref, blob rafs.Digest, off in
 		return req, nil
 	}, true)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer drain(resp)
-	return readRange(resp, off, p)
+	return readRange(resp, off, p, report)
 }
 
 // rangeHeader is the Range value for bytes [off, off+n), n > 0.
@@ -82,38 +103,51 @@ func rangeHeader(off int64, n int) string {
 
 // readRange fills p with bytes [off, off+len(p)) from resp, the answer
 // to a ranged GET: a 206 whose Content-Range starts at off and covers p,
-// or a 200 with the whole blob (a server that ignores Range).
-func readRange(resp *http.Response, off int64, p []byte) error {
+// or a 200 with the whole blob (a server that ignores Range). It calls
+// report(n), if not nil, each time p[:n] has grown, and returns how many
+// bytes of p it filled.
+func readRange(resp *http.Response, off int64, p []byte, report func(n int)) (int, error) {
 	n := int64(len(p))
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 		cr := resp.Header.Get("Content-Range")
 		start, end, total, err := ParseContentRange(cr)
 		if err != nil {
-			return fmt.Errorf("%w: %w", errBadResponse, err)
+			return 0, fmt.Errorf("%w: %w", errBadResponse, err)
 		}
 		if total >= 0 && off+n > total {
-			return fmt.Errorf("%w: bytes %d-%d of a %d-byte blob", ErrRange, off, off+n-1, total)
+			return 0, fmt.Errorf("%w: bytes %d-%d of a %d-byte blob", ErrRange, off, off+n-1, total)
 		}
 		if start != off || end < off+n-1 {
-			return fmt.Errorf("%w: asked for %s, got Content-Range %q", errBadResponse, rangeHeader(off, len(p)), cr)
+			return 0, fmt.Errorf("%w: asked for %s, got Content-Range %q", errBadResponse, rangeHeader(off, len(p)), cr)
 		}
 	case http.StatusOK:
 		if resp.ContentLength >= 0 && resp.ContentLength < off+n {
-			return fmt.Errorf("%w: bytes %d-%d of a %d-byte blob", ErrRange, off, off+n-1, resp.ContentLength)
+			return 0, fmt.Errorf("%w: bytes %d-%d of a %d-byte blob", ErrRange, off, off+n-1, resp.ContentLength)
 		}
 		if _, err := io.CopyN(io.Discard, resp.Body, off); err != nil {
-			return fmt.Errorf("%w: whole-blob answer ended before offset %d: %w", errShortBody, off, err)
+			return 0, fmt.Errorf("%w: whole-blob answer ended before offset %d: %w", errShortBody, off, err)
 		}
 	case http.StatusRequestedRangeNotSatisfiable:
-		return fmt.Errorf("%w: %w", ErrRange, newStatusError(resp))
+		return 0, fmt.Errorf("%w: %w", ErrRange, newStatusError(resp))
 	default:
-		return newStatusError(resp)
+		return 0, newStatusError(resp)
 	}
-	if got, err := io.ReadFull(resp.Body, p); err != nil {
-		return fmt.Errorf("%w: got %d of %d bytes: %w", errShortBody, got, n, err)
+	got := 0
+	for got < len(p) {
+		k, err := resp.Body.Read(p[got:])
+		got += k
+		if k > 0 && report != nil {
+			report(got)
+		}
+		if err != nil && got < len(p) {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return got, fmt.Errorf("%w: got %d of %d bytes: %w", errShortBody, got, n, err)
+		}
 	}
-	return nil
+	return got, nil
 }
 
 // parseContentRange parses "bytes START-END/TOTAL"; total is -1 for "*".

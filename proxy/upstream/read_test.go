@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,6 +124,63 @@ func TestReadRangeRetriesTransient(t *testing.T) {
 	var se *upstream.StatusError
 	if !errors.As(err, &se) || se.Code != http.StatusServiceUnavailable || !upstream.IsTransient(err) {
 		t.Errorf("503s beyond RetryLimit: got %v, want a transient 503", err)
+	}
+}
+
+// ReadRangeFunc reports the bytes as they arrive, and a retry after a
+// response cut short asks only for the bytes not yet reported.
+func TestReadRangeFuncResumes(t *testing.T) {
+	t.Parallel()
+	reg := regtest.New(t, nil)
+	data := randBytes(3, 256<<10)
+	d := reg.PushBlob(t, "app", data)
+	const off, n, cut = 1000, 200 << 10, 70 << 10
+	var mu sync.Mutex
+	var ranges []string
+	var cuts atomic.Int32
+	cuts.Store(1)
+	reg.SetIntercept(func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.Contains(r.URL.Path, "/blobs/") {
+			return false
+		}
+		mu.Lock()
+		ranges = append(ranges, r.Header.Get("Range"))
+		mu.Unlock()
+		if cuts.Add(-1) < 0 {
+			return false
+		}
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, len(data)))
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		w.WriteHeader(http.StatusPartialContent)
+		w.Write(data[off : off+cut]) // and end: the body is cut short
+		return true
+	})
+	c := newClient(t, func(c *upstream.Config) { c.RetryLimit = 2 })
+	p := make([]byte, n)
+	var reported []int
+	err := c.ReadRangeFunc(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "app"}, d, off, p, func(k int) {
+		if len(reported) > 0 && k <= reported[len(reported)-1] {
+			t.Errorf("progress went from %d to %d", reported[len(reported)-1], k)
+		}
+		if !bytes.Equal(p[:k], data[off:off+k]) {
+			t.Errorf("progress %d: the bytes reported differ from the blob's", k)
+		}
+		reported = append(reported, k)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p, data[off:off+n]) {
+		t.Error("bytes differ after the resumed read")
+	}
+	if len(reported) == 0 || reported[len(reported)-1] != n {
+		t.Errorf("last progress %v, want %d", reported, n)
+	}
+	want := []string{fmt.Sprintf("bytes=%d-%d", off, off+n-1), fmt.Sprintf("bytes=%d-%d", off+cut, off+n-1)}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(ranges, want) {
+		t.Errorf("requests asked for %q, want %q", ranges, want)
 	}
 }
 
