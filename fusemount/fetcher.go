@@ -228,20 +228,25 @@ func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) ([]by
 	if data, ok := f.mem.Get(c.Index); ok {
 		return data, SourceMemory, nil
 	}
-	cacheChecked := false
-	if mode == modeDemand && f.cache != nil && !f.flights.busy(c.Index) {
-		// A warm read: the node cache, in the reader's goroutine, with
-		// no flight and no handoff. Two readers of one chunk may both
-		// decode it here; a miss starts the flight as below.
-		if data, ok := f.fromCache(c, true); ok {
-			return data, SourceCache, nil
-		}
-		cacheChecked = true
-	}
 	fl, rctx, leader := f.flights.start(context.WithoutCancel(ctx), c.Index)
-	if leader && !f.launch(func() { f.fetchRun(rctx, fl, c, mode, cacheChecked) }) {
-		fl.run.cancel()
-		f.flights.complete(fl, nil, "", errFetcherClosed)
+	if leader {
+		cacheChecked := false
+		if mode == modeDemand && f.cache != nil {
+			// A warm read: the leader reads the node cache in its own
+			// goroutine, with no handoff; readers of the same chunk
+			// meanwhile (the kernel sends several reads of one chunk at
+			// once) join its flight rather than decode it again.
+			if data, src, ok := f.warm(c); ok {
+				fl.run.cancel()
+				f.flights.complete(fl, data, src, nil)
+				return data, src, nil
+			}
+			cacheChecked = true
+		}
+		if !f.launch(func() { f.fetchRun(rctx, fl, c, mode, cacheChecked) }) {
+			fl.run.cancel()
+			f.flights.complete(fl, nil, "", errFetcherClosed)
+		}
 	}
 	data, src, err := f.flights.wait(ctx, fl)
 	if !leader {
@@ -250,6 +255,18 @@ func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) ([]by
 		src = SourceShared
 	}
 	return data, src, err
+}
+
+// warm serves c from memory (a flight that ended just before this one
+// began may have left it there) or the node cache, for a demand read.
+func (f *Fetcher) warm(c rafs.Chunk) ([]byte, string, bool) {
+	if data, ok := f.mem.Get(c.Index); ok {
+		return data, SourceMemory, true
+	}
+	if data, ok := f.fromCache(c, true); ok {
+		return data, SourceCache, true
+	}
+	return nil, "", false
 }
 
 // errFetcherClosed fails reads that start after Close.
