@@ -144,7 +144,8 @@ type Fetcher struct {
 	m       *Metrics
 
 	demand    atomic.Int64 // on-demand backend fetches in flight; prefetch yields to them
-	raSem     chan struct{}
+	raFlying  atomic.Int64 // readahead fetches in flight, at most raLimit
+	raLimit   int64
 	bg        sync.WaitGroup
 	bgCtx     context.Context
 	bgStop    context.CancelFunc
@@ -177,7 +178,7 @@ func NewFetcher(b *rafs.Bootstrap, c *cache.Cache, be Backend, cfg FetcherConfig
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	return &Fetcher{b: b, cache: c, backend: be, runs: runsOf(be), cfg: cfg, log: log, mem: mem, m: m,
-		raSem: make(chan struct{}, 2), bgCtx: ctx, bgStop: stop}, nil
+		raLimit: int64(max(8, 4*cfg.ReadaheadChunks)), bgCtx: ctx, bgStop: stop}, nil
 }
 
 // Close stops background work (readahead, the tails of runs) and waits
@@ -548,18 +549,17 @@ func (f *Fetcher) Readahead(in rafs.Inode, idx uint32) {
 	if f.cfg.ReadaheadChunks <= 0 || idx+1 >= in.DataCount {
 		return
 	}
-	select {
-	case f.raSem <- struct{}{}:
-	default:
-		return // enough readahead running
-	}
 	// Every chunk of the window not at hand gets its fetch now, before
 	// the reader's own read goes on, so that the reader's next reads
 	// join these flights (a run merges chunks adjacent in the blob, as
-	// for a reader). The slot is held until they are done, which bounds
-	// readahead.
+	// for a reader). Readahead fetches in flight are bounded over all
+	// readers (raLimit); past the bound a window is cut short, and the
+	// reader's own reads fetch the rest.
 	var heads []*flight
 	for i := idx + 1; i < in.DataCount && i <= idx+uint32(f.cfg.ReadaheadChunks); i++ {
+		if f.raFlying.Load() >= f.raLimit {
+			break
+		}
 		c, err := f.b.FileChunk(in, i)
 		if err != nil {
 			break
@@ -576,19 +576,24 @@ func (f *Fetcher) Readahead(in rafs.Inode, idx uint32) {
 			f.flights.complete(fl, nil, "", errFetcherClosed)
 			break
 		}
+		f.raFlying.Add(1)
 		f.m.readahead.Inc()
 		heads = append(heads, fl)
 	}
-	started := len(heads) > 0 && f.launch(func() {
-		defer func() { <-f.raSem }()
+	if len(heads) == 0 {
+		return
+	}
+	// One goroutine waits for the window, so that its flights have a
+	// waiter (nobody else may) and the bound counts them until done.
+	if !f.launch(func() {
 		for _, fl := range heads {
 			if _, _, err := f.flights.wait(f.bgCtx, fl); err != nil && f.bgCtx.Err() == nil {
 				f.log.Debug("readahead fetch failed", "err", err)
 			}
+			f.raFlying.Add(-1)
 		}
-	})
-	if !started {
-		<-f.raSem
+	}) {
+		f.raFlying.Add(-int64(len(heads)))
 	}
 }
 

@@ -87,25 +87,7 @@ func BenchmarkWarmRead(b *testing.B) {
 		}
 		start := time.Now()
 		parallelFiles(b, readers, len(inodes), func(i int) error {
-			in := inodes[i]
-			var seq seqTracker
-			buf := make([]byte, readSize)
-			cs := uint64(boot.ChunkSize())
-			for off := uint64(0); off < in.Size; off += readSize {
-				n := min(readSize, in.Size-off)
-				if last, ok := seq.advance(off, n, cs); ok {
-					f.Readahead(in, last)
-				}
-				seg, err := boot.FileSegment(in, uint32(off/cs))
-				if err != nil {
-					return err
-				}
-				within := int(off % cs)
-				if err := f.ReadChunkAt(context.Background(), seg.Chunk, int(seg.Off)+within, buf[:n]); err != nil {
-					return err
-				}
-			}
-			return nil
+			return readSequential(f, boot, inodes[i])
 		})
 		fetcherTime += time.Since(start)
 		f.Close()
