@@ -46,6 +46,7 @@ func TestExternalUnmountStopsDaemon(t *testing.T) {
 			}
 			mp, _, done := mountT(t, Options{Image: "oci:" + layout + ":symlinks-rafs", Config: testConfig(t)})
 			args := strings.Fields(how)
+			start := time.Now()
 			if out, err := exec.Command(args[0], append(args[1:], mp)...).CombinedOutput(); err != nil {
 				t.Fatalf("%s: %v: %s", how, err, out)
 			}
@@ -54,6 +55,7 @@ func TestExternalUnmountStopsDaemon(t *testing.T) {
 				if done.err != nil {
 					t.Fatalf("daemon exit: %v", done.err)
 				}
+				t.Logf("measured: %s to daemon exit: %v", how, time.Since(start).Round(time.Millisecond))
 			case <-time.After(20 * time.Second):
 				t.Fatal("daemon still running 20s after external unmount")
 			}
@@ -138,6 +140,7 @@ func TestSignalsAndStaleMounts(t *testing.T) {
 
 	// SIGTERM unmounts and exits.
 	cmd := startDaemon(t, ref, mp, cfg)
+	start := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("daemon exit after SIGTERM: %v", err)
@@ -145,6 +148,7 @@ func TestSignalsAndStaleMounts(t *testing.T) {
 	if ok, _ := isMountpoint(mp); ok {
 		t.Fatal("still mounted after SIGTERM")
 	}
+	t.Logf("measured: SIGTERM to daemon exit, unmounted: %v", time.Since(start).Round(time.Millisecond))
 
 	// SIGKILL leaves a stale mount (ENOTCONN); the next start cleans it.
 	cmd = startDaemon(t, ref, mp, cfg)
@@ -154,7 +158,9 @@ func TestSignalsAndStaleMounts(t *testing.T) {
 	if err := syscall.Statfs(mp, &sfs); !errors.Is(err, syscall.ENOTCONN) {
 		t.Fatalf("after SIGKILL: statfs got %v, want ENOTCONN", err)
 	}
-	startDaemon(t, ref, mp, cfg)
+	start = time.Now()
+	cmd = startDaemon(t, ref, mp, cfg)
+	t.Logf("measured: start over the stale mount to mounted and serving: %v", time.Since(start).Round(time.Millisecond))
 	if _, err := os.ReadDir(filepath.Join(mp, "meta")); err != nil {
 		t.Fatalf("remounted over a stale mount: %v", err)
 	}
@@ -164,6 +170,37 @@ func TestSignalsAndStaleMounts(t *testing.T) {
 	if ok, _ := isMountpoint(mp); ok {
 		t.Fatal("still mounted after damselfly umount")
 	}
+	// damselfly umount waits for the daemon: nothing of it is left.
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("daemon exit after damselfly umount: %v", err)
+	}
+	if n := daemonsOn(t, mp); n != 0 {
+		t.Errorf("%d damselfly processes still name %s", n, mp)
+	}
+	t.Logf("measured: 0 damselfly processes and no mount left on %s", mp)
+}
+
+// daemonsOn counts the processes whose command line names mountpoint mp.
+func daemonsOn(t *testing.T, mp string) int {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		for _, arg := range strings.Split(string(b), "\x00") {
+			if arg == mp {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // TestCacheDeletedUnderMount: removing the node cache directory while

@@ -141,13 +141,15 @@ func TestStalledRequester(t *testing.T) {
 	deaf.Write(appendRequest(nil, rafs.Digest{}, chunksOf(tcs)))
 	deaf.CloseWrite()
 
-	deadline := time.Now().Add(5 * time.Second)
+	start := time.Now()
+	deadline := start.Add(5 * time.Second)
 	for srv.Stats().Aborted < 2 {
 		if time.Now().After(deadline) {
 			t.Fatalf("stats %+v, want 2 aborted streams", srv.Stats())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	t.Logf("measured: a silent and a deaf requester both cut off %v after they stalled (stream timeout 300ms)", time.Since(start).Round(10*time.Millisecond))
 	waitIdle(t, srv)
 }
 

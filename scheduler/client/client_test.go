@@ -126,21 +126,25 @@ func TestTwoSchedulers(t *testing.T) {
 	routeToParent(t, b, on1, []uint32{0})
 
 	s1.stop()
+	stopped := time.Now()
 	eventually(t, "s1's blob to move to s2", func() bool {
 		blobs, n := s2.held(id)
 		return blobs == 2 && n == 5
 	})
+	t.Logf("measured: s1's blob held at s2 %v after s1 stopped", time.Since(stopped).Round(time.Millisecond))
 	rt := routeToParent(t, b, on1, []uint32{0, 1})
 	if rt.Parents[0].Info.ID != ha.ID() {
 		t.Errorf("route via s2: got parent %s, want %s", rt.Parents[0].Info.ID, ha.ID())
 	}
 
 	s1.start()
+	restarted := time.Now()
 	eventually(t, "s1 back with its blob, and s2 rid of it", func() bool {
 		b1, n1 := s1.held(id)
 		b2, n2 := s2.held(id)
 		return b1 == 1 && n1 == 3 && b2 == 1 && n2 == 2
 	})
+	t.Logf("measured: s1's blob back at s1, and gone from s2, %v after s1 restarted", time.Since(restarted).Round(time.Millisecond))
 	routeToParent(t, b, on1, []uint32{2})
 }
 
