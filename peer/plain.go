@@ -44,11 +44,29 @@ type pieceOrigin struct {
 	p *plainState
 }
 
+var _ StreamingOrigin = pieceOrigin{}
+
 func (o pieceOrigin) ReadRange(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, b []byte) error {
 	if real, ok := o.p.blobOf(blob); ok {
 		blob = real
 	}
 	return o.Origin.ReadRange(ctx, ref, blob, off, b)
+}
+
+// ReadRangeFunc keeps the wrapped origin's streaming, when it streams, so
+// that wrapping it does not hide the capability from fetchRun.
+func (o pieceOrigin) ReadRangeFunc(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, b []byte, progress func(n int)) error {
+	if real, ok := o.p.blobOf(blob); ok {
+		blob = real
+	}
+	if so, ok := o.Origin.(StreamingOrigin); ok {
+		return so.ReadRangeFunc(ctx, ref, blob, off, b, progress)
+	}
+	if err := o.Origin.ReadRange(ctx, ref, blob, off, b); err != nil {
+		return err
+	}
+	progress(len(b))
+	return nil
 }
 
 // Bounds of the plain blob state.
