@@ -29,7 +29,15 @@ func (s *State) Announce(peerID string, blob rafs.Digest, chunks []uint32, now t
 		}
 		high = max(high, c+1)
 	}
+	claimed := chunks
 	if chunks = s.holdBack(p, blob, chunks, now); len(chunks) == 0 {
+		// Held back, the chunks are not recorded as held; but the
+		// peer's fetch of them has ended, so a peer waiting for it
+		// must not wait out OriginTimeout: the next one to ask gets
+		// the turn.
+		if b := s.blob(blob, false); b != nil {
+			return s.resolveOrigin(b, p, claimed, nil), nil
+		}
 		return nil, nil
 	}
 	high = 0
@@ -49,7 +57,7 @@ func (s *State) Announce(peerID string, blob rafs.Digest, chunks []uint32, now t
 			h.n++
 		}
 	}
-	return s.resolveOrigin(b, p, chunks, nil), nil
+	return s.resolveOrigin(b, p, claimed, nil), nil
 }
 
 // AnnounceFull replaces everything peerID holds of blob with held, as a

@@ -82,3 +82,32 @@ func TestUnionMinus(t *testing.T) {
 		t.Errorf("minus: got %v, want %v", got, want)
 	}
 }
+
+// A refuted peer's announcement is held back, but it still ends that
+// peer's origin fetch of the chunks: a peer that waited for the fetch is
+// given the turn when it asks again, not told to wait until
+// OriginTimeout (which stalled reads for a minute and more in the soak).
+func TestHeldBackAnnouncementEndsOriginFetch(t *testing.T) {
+	s := newState(t, func(c *Config) { c.RefuteDuration = time.Minute; c.OriginFetchers = 1 })
+	b := digest("b")
+	scene(t, s, nil, []holding{{"a", nil, seq(0, 8)}})
+	mustParents(t, s, "r", b, []uint32{3}, t0)
+	if _, err := s.Report("r", "a", Outcome{Blob: b, Missing: []uint32{3}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	// a itself now fetches chunk 3 from the origin; w waits for it.
+	if ans := mustParents(t, s, "a", b, []uint32{3}, at(time.Second)); !slices.Equal(ans.Origin, []uint32{3}) {
+		t.Fatalf("a for chunk 3: %s, want the origin", describe(ans))
+	}
+	mustRegister(t, s, "w", nil, t0)
+	if ans := mustParents(t, s, "w", b, []uint32{3}, at(time.Second)); len(ans.Wait) == 0 {
+		t.Fatalf("w for chunk 3 while a fetches it: %s, want to wait", describe(ans))
+	}
+	mustAnnounce(t, s, "a", b, []uint32{3}, at(2*time.Second))
+	if got := held(s, "a", b); slices.Contains(got, 3) {
+		t.Fatalf("a holds %v: chunk 3 should be held back", got)
+	}
+	if ans := mustParents(t, s, "w", b, []uint32{3}, at(3*time.Second)); !slices.Equal(ans.Origin, []uint32{3}) {
+		t.Fatalf("w for chunk 3 after a's announcement: %s, want the origin", describe(ans))
+	}
+}
