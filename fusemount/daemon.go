@@ -61,6 +61,7 @@ type Daemon struct {
 	fetcher *Fetcher
 	metrics *Metrics
 	server  *fuse.Server
+	fsys    *rafsFS
 	started time.Time
 	state   stateBox
 	pf      *prefetcher
@@ -141,6 +142,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	cleanups = append(cleanups, func() error { d.fetcher.Close(); return nil })
 
 	fsys := newRafsFS(d.boot, d.fetcher, d.image, opts.Config.EntryTimeout, d.log)
+	d.fsys = fsys
 	root := os.Geteuid() == 0
 	allowOther := root
 	if opts.Config.AllowOther != nil {

@@ -56,3 +56,32 @@ func (s *seqTracker) advance(off, size, cs uint64) (uint32, bool) {
 	s.raAfter = last + 1
 	return uint32(last), true
 }
+
+// openlessHold marks a failure-hold key that names a reading thread,
+// not a file handle (handles count up from 1).
+const openlessHold = 1 << 63
+
+// openlessTrackers follow sequential reading when the kernel reads
+// without opening files, so there is no handle to hang a tracker on: one
+// tracker per file and reading thread, in a fixed table (a collision
+// only restarts a tracker). Safe for concurrent use.
+type openlessTrackers struct {
+	mu    sync.Mutex
+	slots [256]struct {
+		ino rafs.Ino
+		pid uint32
+		t   *seqTracker
+	}
+}
+
+// get returns the tracker of ino read by thread pid.
+func (o *openlessTrackers) get(ino rafs.Ino, pid uint32) *seqTracker {
+	i := (uint64(ino)*0x9e3779b97f4a7c15 ^ uint64(pid)*0xbf58476d1ce4e5b9) >> 56
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s := &o.slots[i]
+	if s.t == nil || s.ino != ino || s.pid != pid {
+		s.ino, s.pid, s.t = ino, pid, &seqTracker{}
+	}
+	return s.t
+}

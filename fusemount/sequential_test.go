@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"damselfly/rafs"
 	"damselfly/rafs/image"
+	"damselfly/rafs/rafstest"
 )
 
 func TestSeqTracker(t *testing.T) {
@@ -220,4 +222,51 @@ func labelled(m *Metrics, name, source string) float64 {
 		}
 	}
 	return 0
+}
+
+// On a kernel with open-less reads, files are read without OPEN and
+// RELEASE, the bytes are the image's, and a second open of a file is
+// served from the page cache (as FOPEN_KEEP_CACHE did with opens).
+func TestOpenlessReads(t *testing.T) {
+	layout, _ := corpusLayout(t)
+	ref := "oci:" + layout + ":sizes-rafs"
+	cfg := testConfig(t)
+	cfg.Prefetch.Enable = false
+	mp, d, _ := mountT(t, Options{Image: ref, Config: cfg})
+	if d.server.KernelSettings().Flags64()&fuse.CAP_NO_OPEN_SUPPORT == 0 {
+		rafstest.SkipOrFail(t, "the kernel does not offer FUSE_NO_OPEN_SUPPORT")
+	}
+	img, err := image.Open(t.Context(), ref, image.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	p, _ := largestFile(t, d.boot)
+	want, err := fs.ReadFile(img.FS(t.Context()), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		before := counter(d.metrics, "damselfly_mount_reads_total")
+		got, err := os.ReadFile(filepath.Join(mp, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("read %d of %s: bytes differ from the image's", i, p)
+		}
+		reads := counter(d.metrics, "damselfly_mount_reads_total") - before
+		switch {
+		case i == 0 && reads == 0:
+			t.Errorf("first read of %s: the daemon served no read", p)
+		case i == 1 && reads != 0:
+			t.Errorf("second open and read of %s: the daemon served %v reads, want 0 (page cache kept)", p, reads)
+		}
+	}
+	d.fsys.mu.Lock()
+	handles := d.fsys.nextFh
+	d.fsys.mu.Unlock()
+	if handles != 0 {
+		t.Errorf("%d file handles made for open-less reads, want 0", handles)
+	}
 }
