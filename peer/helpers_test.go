@@ -310,8 +310,17 @@ type nodeOpts struct {
 
 func newScheduler(t testing.TB) *scheduler.State {
 	t.Helper()
+	return newSchedulerWith(t, nil)
+}
+
+// newSchedulerWith is newScheduler with its config changed by set.
+func newSchedulerWith(t testing.TB, set func(*scheduler.Config)) *scheduler.State {
+	t.Helper()
 	cfg := scheduler.Default()
 	cfg.Jitter = 0
+	if set != nil {
+		set(&cfg)
+	}
 	st, err := scheduler.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

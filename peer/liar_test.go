@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"damselfly/scheduler"
 )
 
 // A peer that announces every chunk of a blob and holds none: the readers
@@ -19,7 +21,10 @@ func TestLyingPeer(t *testing.T) {
 	t.Parallel()
 	img := buildImage(t)
 	o := newOrigin(t, img.dir)
-	sched, key := newScheduler(t), clusterKey(t)
+	// Long enough that the second wave, however slow the machine, comes
+	// while the liar's chunks are refuted.
+	sched := newSchedulerWith(t, func(c *scheduler.Config) { c.RefuteDuration = time.Minute })
+	key := clusterKey(t)
 	liar := newNode(t, key, sched, nodeOpts{})
 	var waves [2][]*node
 	for w := range waves {

@@ -60,7 +60,8 @@ type Config struct {
 
 	// RefuteDuration is how long chunks a requester found missing at a
 	// parent (Outcome.Missing) stay refuted: the parent's announcements
-	// of them are held back until then (refute.go).
+	// of them are held back until then (refute.go). Keep it short: an
+	// honest parent that evicted a chunk answers "not found" too.
 	RefuteDuration time.Duration
 
 	// BanDuration is how long a ban, and an accuser's own avoidance of
@@ -93,7 +94,7 @@ func Default() Config {
 		FeedbackWeight:         0.2,
 		RefThroughput:          25 << 20,
 		Jitter:                 0.1,
-		RefuteDuration:         2 * time.Minute,
+		RefuteDuration:         time.Second,
 		BanDuration:            15 * time.Minute,
 		BanQuorum:              2,
 		AccusationBurst:        5,
