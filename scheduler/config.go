@@ -60,8 +60,9 @@ type Config struct {
 
 	// RefuteDuration is how long chunks a requester found missing at a
 	// parent (Outcome.Missing) stay refuted: the parent's announcements
-	// of them are held back until then (refute.go). Keep it short: an
-	// honest parent that evicted a chunk answers "not found" too.
+	// of them are held back until then (refute.go). An honest parent
+	// that evicted a chunk answers "not found" too, and is excused when
+	// it drops the chunk (it does on eviction), so this may be long.
 	RefuteDuration time.Duration
 
 	// BanDuration is how long a ban, and an accuser's own avoidance of
@@ -94,7 +95,7 @@ func Default() Config {
 		FeedbackWeight:         0.2,
 		RefThroughput:          25 << 20,
 		Jitter:                 0.1,
-		RefuteDuration:         time.Second,
+		RefuteDuration:         time.Minute,
 		BanDuration:            15 * time.Minute,
 		BanQuorum:              2,
 		AccusationBurst:        5,

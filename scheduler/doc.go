@@ -61,7 +61,8 @@
 //     assignment the scheduler made and are taken once each; they move a
 //     parent's moving averages. Chunks a parent answered "not found" for
 //     are cleared and, for Config.RefuteDuration, not taken from its
-//     announcements again. A bad-bytes accusation costs the accused one chunk
+//     announcements again, unless the parent owned up to the first miss
+//     with a Drop (an eviction). A bad-bytes accusation costs the accused one chunk
 //     and the accuser's custom; a cluster-wide ban needs Config.BanQuorum
 //     distinct accusers, and accusations are rate-limited per reporter.
 //   - Admin views (admin.go): sorted copies of peers, blob holdings,

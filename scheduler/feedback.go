@@ -112,8 +112,9 @@ func (s *State) Report(reporterID, about string, o Outcome, now time.Time) (bann
 	s.feedback(p, o)
 	if b := s.blobs[o.Blob]; b != nil && !p.gone && len(o.Missing) > 0 {
 		in := slices.DeleteFunc(slices.Clone(o.Missing), func(c uint32) bool { return c < l.lo || c > l.hi })
+		dropped := s.notHeld(p, b, in)
 		s.clearChunks(p, b, in)
-		s.refute(p, o.Blob, in, now)
+		s.refute(p, o.Blob, in, dropped, now)
 	}
 	if !o.BadBytes {
 		return false, nil

@@ -118,7 +118,7 @@ func (s *State) Drop(peerID string, blob rafs.Digest, chunks []uint32, now time.
 	if b := s.blobs[blob]; b != nil {
 		s.clearChunks(p, b, chunks)
 	}
-	s.unholdBack(p, blob, chunks)
+	s.excuse(p, blob, chunks)
 	return nil
 }
 
@@ -163,6 +163,22 @@ func (s *State) holding(p *peer, b *blobState, n int) (*holder, error) {
 		b.maybeCompact()
 	}
 	return h, nil
+}
+
+// notHeld returns the chunks p does not hold of b.
+func (s *State) notHeld(p *peer, b *blobState, chunks []uint32) []uint32 {
+	i, ok := p.holdings[b]
+	if !ok {
+		return chunks
+	}
+	row := b.row(&b.holders[i])
+	var out []uint32
+	for _, c := range chunks {
+		if !row.Has(c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // clearChunks removes chunks from p's holding of b, if any.

@@ -10,18 +10,29 @@ import (
 // Refutations: what a "not found" answer does to a holder's word.
 //
 // A report with Missing chunks (within its assignment) clears them from
-// the parent's holding, as before; it also refutes them for
+// the parent's holding, as before; it may also refute them for
 // Config.RefuteDuration. While a chunk is refuted, the parent's
 // announcements of it (Announce or AnnounceFull) are held back instead of
 // recorded, so a peer that announces chunks it does not hold, and goes on
 // announcing them, is named for them once per RefuteDuration, not to
 // every requester. When the refutation ends (swept by Expire), the
-// announcements held back are applied: an honest peer that had evicted a
-// chunk without a Drop yet and fetched it again loses nothing but a
-// few minutes of being named for it. A Drop removes chunks from what is
-// held back. Refutations live with the peer's record (a new session
-// does not clear them) and are bounded by maxRefuted ordinals per peer;
-// beyond that, a report still clears chunks but refutes no more.
+// announcements held back are applied. A Drop removes chunks from what is
+// held back.
+//
+// Honest peers answer "not found" too, for chunks they evicted before
+// their Drop reached the scheduler; they send that Drop when they evict,
+// and again when they find a requested chunk gone. So the first miss of a
+// chunk within a refutation's life is excused when the peer owns up to
+// it: its Drop came before the report (the chunk was no longer held), or
+// comes after it (the chunk is un-refuted). An excused chunk's next
+// announcement counts at once. A second miss of the same chunk before
+// the refutation ends is not excused, whatever the peer says: a liar
+// that drops what it is caught lying about is named twice per
+// RefuteDuration, not at every announcement.
+//
+// Refutations live with the peer's record (a new session does not clear
+// them) and are bounded by maxRefuted ordinals per peer; beyond that, a
+// report still clears chunks but refutes no more.
 
 // maxRefuted bounds the ordinals, refuted or held back, kept per peer.
 const maxRefuted = 1 << 14
@@ -31,18 +42,23 @@ type refutation struct {
 	until time.Time
 	ords  []uint32 // refuted chunks, sorted
 	held  []uint32 // refuted chunks announced since, sorted
+	// excused are chunks whose first miss was excused, sorted: their
+	// next miss is refuted and stays so.
+	excused []uint32
 }
 
 func (p *peer) refutedSize() int {
 	n := 0
 	for _, r := range p.refuted {
-		n += len(r.ords) + len(r.held)
+		n += len(r.ords) + len(r.held) + len(r.excused)
 	}
 	return n
 }
 
-// refute records that chunks of blob were found missing at p.
-func (s *State) refute(p *peer, blob rafs.Digest, chunks []uint32, now time.Time) {
+// refute records that chunks of blob were found missing at p; dropped
+// are those among them that p no longer held when the report came (its
+// Drop came first).
+func (s *State) refute(p *peer, blob rafs.Digest, chunks, dropped []uint32, now time.Time) {
 	if len(chunks) == 0 {
 		return
 	}
@@ -50,21 +66,57 @@ func (s *State) refute(p *peer, blob rafs.Digest, chunks []uint32, now time.Time
 	slices.Sort(chunks)
 	chunks = slices.Compact(chunks)
 	r := p.refuted[blob]
+	if p.refutedSize()+len(chunks) > maxRefuted {
+		return
+	}
 	if r == nil {
-		if p.refutedSize()+len(chunks) > maxRefuted {
-			return
-		}
 		if p.refuted == nil {
 			p.refuted = make(map[rafs.Digest]*refutation)
 		}
 		r = &refutation{}
 		p.refuted[blob] = r
-	} else if p.refutedSize()+len(chunks) > maxRefuted {
-		return
 	}
 	r.until = now.Add(s.cfg.RefuteDuration)
-	r.ords = union(r.ords, chunks)
-	r.held = minus(r.held, chunks)
+	dropped = slices.Clone(dropped)
+	slices.Sort(dropped)
+	var refuted, excused []uint32
+	for _, c := range chunks {
+		_, again := slices.BinarySearch(r.excused, c)
+		_, owned := slices.BinarySearch(dropped, c)
+		if !again && owned {
+			excused = append(excused, c)
+		} else {
+			refuted = append(refuted, c)
+		}
+	}
+	r.excused = union(r.excused, excused)
+	r.ords = union(r.ords, refuted)
+	r.held = minus(r.held, refuted)
+}
+
+// excuse un-refutes chunks p dropped that were refuted and not excused
+// before, and forgets them from what is held back.
+func (s *State) excuse(p *peer, blob rafs.Digest, chunks []uint32) {
+	r := p.refuted[blob]
+	if r == nil {
+		return
+	}
+	c := slices.Clone(chunks)
+	slices.Sort(c)
+	c = slices.Compact(c)
+	r.held = minus(r.held, c)
+	var first []uint32
+	for _, x := range c {
+		_, refuted := slices.BinarySearch(r.ords, x)
+		_, again := slices.BinarySearch(r.excused, x)
+		if refuted && !again {
+			first = append(first, x)
+		}
+	}
+	if len(first) > 0 {
+		r.ords = minus(r.ords, first)
+		r.excused = union(r.excused, first)
+	}
 }
 
 // holdBack splits chunks (an announcement by p) into those to record
@@ -116,15 +168,6 @@ func (s *State) holdBackFull(p *peer, blob rafs.Digest, held Bitset) Bitset {
 		r.held = append(r.held, c)
 	}
 	return held.trim()
-}
-
-// unholdBack forgets chunks dropped by p from what is held back.
-func (s *State) unholdBack(p *peer, blob rafs.Digest, chunks []uint32) {
-	if r := p.refuted[blob]; r != nil && len(r.held) > 0 {
-		c := slices.Clone(chunks)
-		slices.Sort(c)
-		r.held = minus(r.held, c)
-	}
 }
 
 // sweepRefuted ends p's refutations that ran out at now and records the

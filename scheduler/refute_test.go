@@ -55,6 +55,62 @@ func TestMissingChunksRefuted(t *testing.T) {
 	}
 }
 
+// An honest parent that evicted a chunk owns up to it with a Drop, before
+// or after the requester's report; that first miss is excused, so the
+// chunk's next announcement counts at once. A second miss of the same
+// chunk within the refutation is refuted, whatever the parent drops.
+func TestEvictedChunkExcused(t *testing.T) {
+	s := newState(t, func(c *Config) { c.RefuteDuration = 10 * time.Second })
+	b := digest("b")
+	scene(t, s, nil, []holding{{"a", nil, seq(0, 8)}})
+	mustRegister(t, s, "r2", nil, t0)
+
+	// Drop first, then the report: chunk 2 was already dropped.
+	mustParents(t, s, "r", b, seq(2, 3), t0)
+	if err := s.Drop("a", b, []uint32{2}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Report("r", "a", Outcome{Blob: b, Missing: []uint32{2}}, at(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	// The report first, then the Drop: chunk 5.
+	mustParents(t, s, "r2", b, seq(5, 6), t0)
+	if _, err := s.Report("r2", "a", Outcome{Blob: b, Missing: []uint32{5}}, at(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Drop("a", b, []uint32{5}, at(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// Both fetched again: announced, recorded at once.
+	mustAnnounce(t, s, "a", b, []uint32{2, 5}, at(3*time.Second))
+	if got, want := held(s, "a", b), seq(0, 8); !slices.Equal(got, want) {
+		t.Fatalf("after the excused misses a holds %v, want %v", got, want)
+	}
+	ans := mustParents(t, s, "r", b, []uint32{5}, at(4*time.Second))
+	if len(ans.Parents) != 1 || ans.Parents[0].ID != "a" {
+		t.Fatalf("r for chunk 5 after a fetched it again: %s, want a", describe(ans))
+	}
+
+	// The second miss of chunk 5 is refuted, though a drops it again.
+	if _, err := s.Report("r", "a", Outcome{Blob: b, Missing: []uint32{5}}, at(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Drop("a", b, []uint32{5}, at(6*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	mustAnnounce(t, s, "a", b, []uint32{5}, at(7*time.Second))
+	if got := held(s, "a", b); slices.Contains(got, 5) {
+		t.Fatalf("a holds %v after a second miss of 5, want 5 held back", got)
+	}
+	s.Expire(at(15 * time.Second))
+	if got := held(s, "a", b); !slices.Contains(got, 5) {
+		t.Fatalf("a holds %v after the refutation ended, want 5 applied", got)
+	}
+	if s.peers["a"].refuted != nil {
+		t.Error("refutation kept after it ended")
+	}
+}
+
 // Refutations are bounded per peer.
 func TestRefutationsBounded(t *testing.T) {
 	s := newState(t, func(c *Config) { c.MaxChunksPerQuery = 1024 })
