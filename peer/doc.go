@@ -34,7 +34,9 @@
 //     each chunk verified before use.
 //   - holdings.go, holdings_format.go: which chunks the node holds, per
 //     blob, persisted so that they are announced again after a restart and
-//     dropped when the cache evicts them.
+//     dropped when the cache evicts them; evicted.go sends those drops at
+//     once (the cache's evict hook, and the exchange server's miss hook
+//     for a held chunk found gone).
 //   - plain.go: plain (non-RAFS) blobs for the mirror (proxy.BlobSource):
 //     pieces (package piece) read as raw chunks under the blob's plain
 //     key, the piece tables this node checked (served to peers over

@@ -253,9 +253,12 @@ func (n *Node) keep(g *group, c rafs.Chunk, stored []byte, source string) {
 		defer func() { <-n.writes }()
 		if err := n.cache.PutChunk(c, stored); err != nil {
 			n.log.Warn("caching a chunk", "chunk", c.Digest, "err", err)
-		} else {
-			n.hold.add(g.blob, c.Ordinal, c.Digest)
+		} else if n.hold.add(g.blob, c.Ordinal, c.Digest); n.cache.Has(c.Digest) {
 			n.router.Announce(g.blob, []uint32{c.Ordinal})
+		} else {
+			// Evicted between the write and the holding: the evict
+			// hook may have run before there was a holding to drop.
+			n.Missed(g.blob, c.Digest)
 		}
 		n.kept(f)
 	}()

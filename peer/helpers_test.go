@@ -301,6 +301,8 @@ type nodeOpts struct {
 	cfg      func(*NodeConfig)
 	noVerify bool
 	cacheDir string
+	// cacheCapacity caps the node cache (0: unlimited).
+	cacheCapacity int64
 	// store wraps the cache as the exchange server's Store, for a peer
 	// that misbehaves when it serves (nil: the cache itself).
 	store func(*cache.Cache) exchange.Store
@@ -346,7 +348,9 @@ func newNode(t testing.TB, keyFile string, st *scheduler.State, o nodeOpts) *nod
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	c, err := cache.Open(cache.Default(dir))
+	ccfg := cache.Default(dir)
+	ccfg.Capacity = o.cacheCapacity
+	c, err := cache.Open(ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,6 +389,7 @@ func (n *node) start(t testing.TB, edit func(*NodeConfig)) {
 	go func() { done <- nd.Run(ctx) }()
 	var once sync.Once
 	n.Node = nd
+	n.srv.SetMissHook(nd.Missed) // as the daemon does
 	n.stop = func() {
 		once.Do(func() {
 			cancel()

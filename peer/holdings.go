@@ -190,6 +190,42 @@ func (h *holdings) check(has func(rafs.Digest) bool) map[rafs.Digest][]uint32 {
 	return gone
 }
 
+// dropDigests forgets the holdings whose digest is in gone and that has
+// does not find (had the chunk been written again since, it stays), and
+// returns what it dropped, by blob. With one blob given, only that
+// blob's holdings are looked at.
+func (h *holdings) dropDigests(gone map[rafs.Digest]struct{}, only *rafs.Digest, has func(rafs.Digest) bool) map[rafs.Digest][]uint32 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[rafs.Digest][]uint32)
+	drop := func(b rafs.Digest, m map[uint32]rafs.Digest) {
+		for o, d := range m {
+			if _, ok := gone[d]; ok && !has(d) {
+				delete(m, o)
+				out[b] = append(out[b], o)
+			}
+		}
+		if len(out[b]) == 0 {
+			return
+		}
+		slices.Sort(out[b])
+		if len(m) == 0 {
+			delete(h.blobs, b)
+		}
+		h.dirty[b] = struct{}{}
+	}
+	if only != nil {
+		if m := h.blobs[*only]; m != nil {
+			drop(*only, m)
+		}
+		return out
+	}
+	for b, m := range h.blobs {
+		drop(b, m)
+	}
+	return out
+}
+
 // flush writes the files of blobs changed since the last flush.
 func (h *holdings) flush() error {
 	if h.dir == "" {

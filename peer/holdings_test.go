@@ -110,3 +110,34 @@ func TestHoldingsPersistedAndReannounced(t *testing.T) {
 		return err == nil && len(hs) == len(img.chunks)-2
 	})
 }
+
+// dropDigests forgets the holdings of digests that are gone, in every
+// blob or in one, and keeps those the cache has again.
+func TestHoldingsDropDigests(t *testing.T) {
+	d := func(s string) rafs.Digest { return sha256.Sum256([]byte(s)) }
+	b1, b2 := d("blob1"), d("blob2")
+	h := newHoldings("", nil)
+	h.add(b1, 0, d("x"))
+	h.add(b1, 1, d("y"))
+	h.add(b1, 2, d("x")) // the same chunk twice in a blob
+	h.add(b2, 5, d("x"))
+	h.add(b2, 6, d("z"))
+	back := d("z") // written again since it was evicted
+	has := func(x rafs.Digest) bool { return x == back }
+
+	got := h.dropDigests(map[rafs.Digest]struct{}{d("x"): {}, back: {}}, &b2, has)
+	if len(got) != 1 || !slices.Equal(got[b2], []uint32{5}) {
+		t.Fatalf("blob2 only: dropped %v, want blob2 [5]", got)
+	}
+	got = h.dropDigests(map[rafs.Digest]struct{}{d("x"): {}}, nil, has)
+	if len(got) != 1 || !slices.Equal(got[b1], []uint32{0, 2}) {
+		t.Fatalf("all blobs: dropped %v, want blob1 [0 2]", got)
+	}
+	snap := h.snapshot()
+	if len(snap[b1]) != 1 || snap[b1][0].Ordinal != 1 || len(snap[b2]) != 1 || snap[b2][0].Ordinal != 6 {
+		t.Errorf("left %v, want blob1 [1] and blob2 [6]", snap)
+	}
+	if _, ok := h.dirty[b1]; !ok {
+		t.Error("blob1 not marked for writing")
+	}
+}

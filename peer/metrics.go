@@ -25,6 +25,7 @@ type Stats struct {
 	Hedges                                int64 // requests to a slow parent sent a second time, elsewhere
 	SlowPeers                             int64 // parents cut off for making no progress in time
 	DuplicateBytes                        int64 // stored bytes that arrived second (hedged) and were dropped
+	HoldingsDropped                       int64 // held chunks found gone and dropped (told the Router)
 }
 
 // metrics holds a Node's counters: atomics for Stats and Prometheus
@@ -39,6 +40,7 @@ type metrics struct {
 	hedges            atomic.Int64
 	slowPeers         atomic.Int64
 	duplicateBytes    atomic.Int64
+	holdingsDropped   atomic.Int64
 	promBytes         *prometheus.CounterVec
 	promChunks        *prometheus.CounterVec
 	promOriginReqs    prometheus.Counter
@@ -47,6 +49,7 @@ type metrics struct {
 	promBadPeers      prometheus.Counter
 	promHedges        prometheus.Counter
 	promSlowPeers     prometheus.Counter
+	promDropped       prometheus.Counter
 }
 
 var sourceNames = [3]string{sourceCache, sourcePeer, sourceOrigin}
@@ -94,10 +97,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "damselfly_peer_slow_peer_cutoffs_total",
 			Help: "Parents cut off for making no progress within parent_timeout.",
 		}),
+		promDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "damselfly_peer_holdings_dropped_total",
+			Help: "Chunks this peer had announced and found gone from its cache (evicted), whose drop it sent to the scheduler.",
+		}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.promBytes, m.promChunks, m.promOriginReqs,
-			m.promOriginFetched, m.promFailures, m.promBadPeers, m.promHedges, m.promSlowPeers} {
+			m.promOriginFetched, m.promFailures, m.promBadPeers, m.promHedges, m.promSlowPeers, m.promDropped} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -143,17 +150,23 @@ func (m *metrics) slowPeer() {
 
 func (m *metrics) duplicate(n int) { m.duplicateBytes.Add(int64(n)) }
 
+func (m *metrics) dropped(n int) {
+	m.holdingsDropped.Add(int64(n))
+	m.promDropped.Add(float64(n))
+}
+
 func (m *metrics) stats() Stats {
 	return Stats{
 		CacheBytes: m.bytes[0].Load(), PeerBytes: m.bytes[1].Load(), OriginBytes: m.bytes[2].Load(),
 		CacheChunks: m.chunks[0].Load(), PeerChunks: m.chunks[1].Load(), OriginChunks: m.chunks[2].Load(),
-		OriginRequests: m.originRequests.Load(),
-		OriginFetched:  m.originFetched.Load(),
-		Failures:       m.failures.Load(),
-		BadPeers:       m.badPeers.Load(),
-		Collapsed:      m.collapsed.Load(),
-		Hedges:         m.hedges.Load(),
-		SlowPeers:      m.slowPeers.Load(),
-		DuplicateBytes: m.duplicateBytes.Load(),
+		OriginRequests:  m.originRequests.Load(),
+		OriginFetched:   m.originFetched.Load(),
+		Failures:        m.failures.Load(),
+		BadPeers:        m.badPeers.Load(),
+		Collapsed:       m.collapsed.Load(),
+		Hedges:          m.hedges.Load(),
+		SlowPeers:       m.slowPeers.Load(),
+		DuplicateBytes:  m.duplicateBytes.Load(),
+		HoldingsDropped: m.holdingsDropped.Load(),
 	}
 }

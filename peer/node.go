@@ -123,6 +123,7 @@ func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r Router, origin Origi
 		plain:   plain,
 	}
 	n.tables = exchange.NewTableServer(h, n.plain.lookup, log.With("part", "piecetable"))
+	c.SetEvictHook(n.evicted)
 	return n, nil
 }
 
@@ -154,9 +155,7 @@ func (n *Node) Run(ctx context.Context) error {
 // checkHoldings drops evicted chunks from the holdings and tells the
 // Router; with announce it also announces everything still held.
 func (n *Node) checkHoldings(announce bool) {
-	for blob, ords := range n.hold.check(n.cache.Has) {
-		n.router.Drop(blob, ords)
-	}
+	n.dropHoldings(n.hold.check(n.cache.Has))
 	if !announce {
 		return
 	}
@@ -186,6 +185,7 @@ func (n *Node) Close() error {
 	n.stop()
 	n.tables.Close()
 	n.wg.Wait()
+	n.cache.SetEvictHook(nil)
 	return n.flushHoldings()
 }
 

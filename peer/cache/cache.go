@@ -57,6 +57,10 @@ type Cache struct {
 	// before the directory lock, and never while mu is held.
 	evictMu sync.Mutex
 
+	// onEvict, if set, is told the digests each eviction by this Cache
+	// deleted (SetEvictHook).
+	onEvict atomic.Pointer[func([]rafs.Digest)]
+
 	mu      sync.Mutex // guards idx and written
 	idx     *index
 	written int64 // bytes of entry files written since the last rescan
@@ -93,6 +97,20 @@ func Open(cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("open cache: %w", err)
 	}
 	return c, nil
+}
+
+// SetEvictHook has f told, after each eviction by this Cache, the
+// digests of the entries it deleted (not those other processes sharing
+// the directory delete). f is called on the goroutine that evicted (often
+// one in Put) before that eviction ends, without the index lock held: it
+// may call the Cache's readers (Has, Get), and it should be quick.
+// A nil f removes the hook.
+func (c *Cache) SetEvictHook(f func(digests []rafs.Digest)) {
+	if f == nil {
+		c.onEvict.Store(nil)
+		return
+	}
+	c.onEvict.Store(&f)
 }
 
 // Close marks the cache closed, after waiting for an eviction in progress

@@ -113,12 +113,19 @@ func (c *Cache) rescanLocked() error {
 // unlink deletes the victims' files and counts what it deleted. A file
 // already gone was deleted by someone else and is not counted.
 func (c *Cache) unlink(victims []victim) (n int, bytes int64) {
+	var gone []rafs.Digest
+	defer func() {
+		if f := c.onEvict.Load(); f != nil && len(gone) > 0 {
+			(*f)(gone)
+		}
+	}()
 	for _, v := range victims {
 		err := os.Remove(c.paths.entry(v.digest))
 		switch {
 		case err == nil:
 			n++
 			bytes += v.size
+			gone = append(gone, v.digest)
 		case !isNotExist(err):
 			c.n.errors.Add(1)
 			c.log.Warn("cache: evict", "digest", v.digest, "err", fmt.Errorf("unlink: %w", err))

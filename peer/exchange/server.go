@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -46,6 +47,9 @@ type Server struct {
 	cfg   ServerConfig
 	log   *slog.Logger
 	lim   *fairLimiter
+	// onMiss, if set, is told of each chunk asked for that the Store did
+	// not hold (SetMissHook).
+	onMiss atomic.Pointer[func(blob, d rafs.Digest)]
 
 	mu      sync.Mutex
 	closed  bool
@@ -77,6 +81,18 @@ func NewServer(h host.Host, store Store, cfg ServerConfig, log *slog.Logger) (*S
 	}
 	h.SetStreamHandler(ProtocolID, s.handle)
 	return s, nil
+}
+
+// SetMissHook has f told of every chunk a peer asked for that the Store
+// does not hold, before the "not found" answer is sent: a node whose
+// holdings still list it can drop it at once (peer.Node.Missed). f runs
+// on the serving goroutine and must be quick; nil removes the hook.
+func (s *Server) SetMissHook(f func(blob, d rafs.Digest)) {
+	if f == nil {
+		s.onMiss.Store(nil)
+		return
+	}
+	s.onMiss.Store(&f)
 }
 
 // Close unregisters the server, resets the streams it is serving and waits
@@ -203,7 +219,7 @@ func (s *Server) sendAll(ctx context.Context, st network.Stream, p peer.ID, req 
 		defer bufPool.Put(scratch)
 	}
 	for _, c := range req.chunks {
-		rec := s.lookup(c, bp, scratch)
+		rec := s.lookup(req.blob, c, bp, scratch)
 		if err := s.write(ctx, st, p, rec, true); err != nil {
 			return fmt.Errorf("chunk %s: %w", c.Digest, err)
 		}
@@ -217,7 +233,7 @@ func (s *Server) sendAll(ctx context.Context, st network.Stream, p peer.ID, req 
 
 // lookup returns the whole record for c: header and, when the chunk is
 // held, its stored bytes, in *bp (grown as needed).
-func (s *Server) lookup(c rafs.Chunk, bp, scratch *[]byte) []byte {
+func (s *Server) lookup(blob rafs.Digest, c rafs.Chunk, bp, scratch *[]byte) []byte {
 	buf := *bp
 	if cap(buf) < recordHeaderSize+int(allowance(c)) {
 		buf = make([]byte, recordHeaderSize+int(allowance(c)))
@@ -230,6 +246,9 @@ func (s *Server) lookup(c rafs.Chunk, bp, scratch *[]byte) []byte {
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
 		s.n.notFound.Add(1)
+		if f := s.onMiss.Load(); f != nil {
+			(*f)(blob, c.Digest)
+		}
 		return appendRecordHead(buf[:0], chunkNotFound, false, 0)
 	case err != nil:
 		s.n.chunkErrors.Add(1)
@@ -248,8 +267,10 @@ func (s *Server) lookup(c rafs.Chunk, bp, scratch *[]byte) []byte {
 		if err := rafs.DecodeChunk(sc, stored, (*scratch)[:c.Size]); err != nil {
 			s.n.corrupt.Add(1)
 			s.log.Warn("exchange: cached chunk fails verification; dropping it", "digest", c.Digest, "err", err)
-			if r, ok := s.store.(remover); ok {
-				_ = r.Remove(c.Digest)
+			if r, ok := s.store.(remover); ok && r.Remove(c.Digest) == nil {
+				if f := s.onMiss.Load(); f != nil {
+					(*f)(blob, c.Digest)
+				}
 			}
 			return appendRecordHead(buf[:0], chunkNotFound, false, 0)
 		}

@@ -1,0 +1,36 @@
+package peer
+
+import "damselfly/rafs"
+
+// Evictions reach the Router as soon as this node knows of them, so that
+// the scheduler stops naming it for chunks it no longer has: at once for
+// what its own cache evicted (the cache's evict hook), when a requester
+// asks for a held chunk that is gone (another process sharing the cache
+// directory evicted it, or it was deleted by hand: Missed), and otherwise
+// at the next holdings check. A requester that was told "not found" for
+// a chunk this node then drops is not taken for a lie by the scheduler
+// (scheduler/refute.go).
+
+// evicted drops the holdings of chunks the cache just deleted.
+func (n *Node) evicted(digests []rafs.Digest) {
+	gone := make(map[rafs.Digest]struct{}, len(digests))
+	for _, d := range digests {
+		gone[d] = struct{}{}
+	}
+	n.dropHoldings(n.hold.dropDigests(gone, nil, n.cache.Has))
+}
+
+// Missed is told that a peer asked this node for the chunk of blob whose
+// digest is d and the cache did not have it. If the holdings still list
+// it, and it is still gone, it is dropped and the Router told. It costs
+// a walk over the blob's holdings and is safe for concurrent use.
+func (n *Node) Missed(blob, d rafs.Digest) {
+	n.dropHoldings(n.hold.dropDigests(map[rafs.Digest]struct{}{d: {}}, &blob, n.cache.Has))
+}
+
+func (n *Node) dropHoldings(gone map[rafs.Digest][]uint32) {
+	for blob, ords := range gone {
+		n.m.dropped(len(ords))
+		n.router.Drop(blob, ords)
+	}
+}
