@@ -38,7 +38,10 @@ var zstdDecoder = sync.OnceValue(func() *zstd.Decoder {
 	d, err := zstd.NewReader(nil,
 		zstd.WithDecoderConcurrency(0),
 		zstd.WithDecoderMaxMemory(MaxChunkSize+1),
-		zstd.WithDecoderMaxWindow(MaxChunkSize*2))
+		zstd.WithDecoderMaxWindow(MaxChunkSize*2),
+		// Never decode past the chunk's size, also for a frame that
+		// does not declare its content size (see DecodeChunk).
+		zstd.WithDecodeAllCapLimit(true))
 	if err != nil {
 		panic(fmt.Sprintf("zstd decoder options: %v", err)) // static options: cannot fail
 	}
@@ -48,7 +51,7 @@ var zstdDecoder = sync.OnceValue(func() *zstd.Decoder {
 // DecodeChunk turns the stored bytes of c into its content in dst
 // (len(dst) == int(c.Size)) and verifies the digest. A stored chunk that
 // inflates beyond its recorded size is refused without decoding more than
-// that size.
+// that size into anything but dst.
 func DecodeChunk(c Chunk, stored, dst []byte) error {
 	if len(dst) != int(c.Size) {
 		return fmt.Errorf("chunk %s: buffer of %d bytes for %d", c.Digest, len(dst), c.Size)
@@ -71,7 +74,7 @@ func DecodeChunk(c Chunk, stored, dst []byte) error {
 		if hdr.HasFCS && hdr.FrameContentSize != uint64(c.Size) {
 			return fmt.Errorf("chunk %s: %w: frame declares %d bytes, want %d", c.Digest, ErrDigestMismatch, hdr.FrameContentSize, c.Size)
 		}
-		out, err := zstdDecoder().DecodeAll(stored, dst[:0])
+		out, err := zstdDecoder().DecodeAll(stored, dst[:0:len(dst)])
 		if err != nil {
 			return fmt.Errorf("chunk %s: %w: zstd: %w", c.Digest, ErrDigestMismatch, err)
 		}

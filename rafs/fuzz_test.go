@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"damselfly/rafs/rafstest"
@@ -202,6 +204,65 @@ func FuzzBuildLayer(f *testing.F) {
 		})
 		if err != nil {
 			t.Fatalf("reading builder output: %v", err)
+		}
+	})
+}
+
+// zeroChunks serves every chunk as zeros, unverified: FuzzUnpack looks
+// at where Unpack writes, not at what.
+type zeroChunks struct{}
+
+func (zeroChunks) ReadChunk(_ context.Context, _ Chunk, dst []byte) error {
+	clear(dst)
+	return nil
+}
+
+// Unpacking a hostile bootstrap writes nothing outside its destination:
+// whatever names, links and types the bootstrap holds, the directory
+// around dest ends up holding dest alone (or nothing, when Unpack
+// fails), and the sibling directory a symlink could point at stays
+// empty.
+func FuzzUnpack(f *testing.F) {
+	for _, s := range seedBootstraps(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := Decode(data, OpenOptions{SkipChecksum: true})
+		if err != nil || b.Validate() != nil {
+			return
+		}
+		if s, err := Summarize(b); err != nil || s.Bytes > 8<<20 || s.Files+s.Dirs+s.Symlinks+s.Others > 2000 {
+			return // bounded work per input
+		}
+		top := t.TempDir()
+		root, outside := filepath.Join(top, "root"), filepath.Join(top, "outside")
+		for _, d := range []string{root, outside} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dest := filepath.Join(root, "dest")
+		err = Unpack(context.Background(), b, zeroChunks{}, dest, UnpackOptions{Rootless: true, Workers: 2})
+		names := func(dir string) []string {
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, e := range ents {
+				out = append(out, e.Name())
+			}
+			return out
+		}
+		if got := names(outside); len(got) != 0 {
+			t.Fatalf("Unpack (err %v) wrote %v into a sibling of its root", err, got)
+		}
+		got := names(root)
+		if err != nil && len(got) != 0 || err == nil && (len(got) != 1 || got[0] != "dest") {
+			t.Fatalf("Unpack (err %v) left %v beside dest", err, got)
+		}
+		if got := names(top); len(got) != 2 {
+			t.Fatalf("Unpack (err %v) left %v above its root", err, got)
 		}
 	})
 }
