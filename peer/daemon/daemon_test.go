@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -348,10 +349,20 @@ func TestConfigValidate(t *testing.T) {
 	if err == nil {
 		t.Fatal("bad config validated")
 	}
-	for _, want := range []string{"dir", "node", "fetch_deadline", "proxy", "scheduler"} {
+	for _, want := range []string{"dir", "node", "fetch_deadline", "proxy", `"0.0.0.0:7950" is not a loopback address`, "scheduler"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
+	}
+	// The proxy serves loopback only unless told otherwise.
+	if host, _, err := net.SplitHostPort(good.Proxy.Listen); err != nil || !net.ParseIP(host).IsLoopback() {
+		t.Errorf("default proxy listen address %q is not loopback", good.Proxy.Listen)
+	}
+	remote := Default()
+	remote.Proxy.Listen = "0.0.0.0:7950"
+	remote.Proxy.AllowRemote = true
+	if err := remote.Validate(); err != nil {
+		t.Errorf("a non-loopback proxy with allow_remote: %v", err)
 	}
 }
 

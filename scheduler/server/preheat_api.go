@@ -98,7 +98,11 @@ func (s *Server) preheatRoutes(mux *http.ServeMux) {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPreheatBody))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&body); err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("body: %w", err))
+			status := http.StatusBadRequest
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				status = http.StatusRequestEntityTooLarge
+			}
+			writeError(w, status, fmt.Errorf("body: %w", err))
 			return
 		}
 		if _, err := dec.Token(); !errors.Is(err, io.EOF) {

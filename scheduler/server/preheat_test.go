@@ -105,6 +105,7 @@ func TestPreheatSelection(t *testing.T) {
 			{`{"image": "` + img.ref + `", "unknown": 1}`, http.StatusBadRequest},
 			{`{"image": "` + img.ref + `"} {}`, http.StatusBadRequest},
 			{`{"image": "` + img.ref + `", "labels": {"zone": "nowhere"}}`, http.StatusConflict},
+			{`{"image": "` + strings.Repeat("a", maxPreheatBody) + `"}`, http.StatusRequestEntityTooLarge},
 		} {
 			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, c.s.AdminURL()+"/api/v1/preheat", strings.NewReader(tt.body))
 			if err != nil {
@@ -116,7 +117,7 @@ func TestPreheatSelection(t *testing.T) {
 			}
 			resp.Body.Close()
 			if resp.StatusCode != tt.code {
-				t.Errorf("POST %s: got %d, want %d", tt.body, resp.StatusCode, tt.code)
+				t.Errorf("POST %.80s: got %d, want %d", tt.body, resp.StatusCode, tt.code)
 			}
 		}
 		do(t, http.MethodGet, c.s.AdminURL()+"/api/v1/preheat/nope", http.StatusNotFound)

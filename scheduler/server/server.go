@@ -74,6 +74,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          newStdLogger(log),
 	}
 	return s, nil

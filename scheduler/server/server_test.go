@@ -3,7 +3,9 @@ package server
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -285,4 +287,43 @@ func TestReportBans(t *testing.T) {
 		t.Error("report: got not banned, want banned (quorum 1)")
 	}
 	wantCode(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{1}}), wire.CodeBanned)
+}
+
+// The admin API drops a client that never finishes its headers
+// (slowloris) and refuses oversized headers.
+func TestAdminSlowAndBigHeaders(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, testConfig(t))
+	addr := strings.TrimPrefix(s.AdminURL(), "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	if _, err := conn.Write([]byte("GET /api/v1/peers HTTP/1.1\r\nHost: x\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	// The server must close the connection (after its 5 s header
+	// timeout); the test's own deadline only bounds one that never does.
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err = io.Copy(io.Discard, conn)
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		t.Fatal("the admin API kept a connection with unfinished headers open")
+	}
+	t.Logf("measured: unfinished headers cut off after %v", time.Since(start).Round(100*time.Millisecond))
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.AdminURL()+"/api/v1/peers", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Big", strings.Repeat("b", 128<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("128 KiB header: got %d, want %d", resp.StatusCode, http.StatusRequestHeaderFieldsTooLarge)
+	}
 }
