@@ -65,6 +65,16 @@ type Config struct {
 	// it drops the chunk (it does on eviction), so this may be long.
 	RefuteDuration time.Duration
 
+	// TreeMaxChildren is the most outstanding assignments a parent takes
+	// before it is full: requesters of chunks only full parents hold
+	// then wait for the peers already assigned them (tree.go). A peer
+	// reading with a few requests in flight holds as many leases on one
+	// parent, so with four reads in flight 8 is two requesters' worth.
+	TreeMaxChildren int
+	// TreeStarveAfter is how long a requester waits for such future
+	// holders of a chunk before a full parent serves it anyway.
+	TreeStarveAfter time.Duration
+
 	// BanDuration is how long a ban, and an accuser's own avoidance of
 	// the peer it accused, last. Accusations are remembered as long.
 	BanDuration time.Duration
@@ -96,6 +106,8 @@ func Default() Config {
 		RefThroughput:          25 << 20,
 		Jitter:                 0.1,
 		RefuteDuration:         time.Minute,
+		TreeMaxChildren:        8,
+		TreeStarveAfter:        time.Second,
 		BanDuration:            15 * time.Minute,
 		BanQuorum:              2,
 		AccusationBurst:        5,
@@ -135,6 +147,8 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("Jitter: %v is outside [0, 1)", j))
 	}
 	positiveDur("RefuteDuration", c.RefuteDuration)
+	positiveInt("TreeMaxChildren", int64(c.TreeMaxChildren))
+	positiveDur("TreeStarveAfter", c.TreeStarveAfter)
 	positiveDur("BanDuration", c.BanDuration)
 	positiveInt("BanQuorum", int64(c.BanQuorum))
 	positiveInt("AccusationBurst", int64(c.AccusationBurst))

@@ -50,7 +50,7 @@ func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now t
 			continue
 		}
 		score := locality(rh, ph) * ph.q * jit.next()
-		isFull := full(ph.pending)
+		isFull := s.full(ph.pending)
 		sc.anyFull = sc.anyFull || isFull
 		cs = append(cs, cand{slot: h.slot, gain: int32(g), full: isFull, score: score})
 	}

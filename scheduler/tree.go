@@ -11,7 +11,7 @@ import (
 // Relay trees. When many peers want the same chunk at once, its first
 // holder would otherwise be named to all of them and its uplink split as
 // many ways: a star, as slow as one peer serving the whole cluster. So a
-// parent serves at most maxChildren outstanding assignments before it is
+// parent serves at most Config.TreeMaxChildren outstanding assignments before it is
 // full, and a requester whose chunks only full parents hold is told to
 // wait, briefly, for their future holders: the peers already assigned
 // those chunks (an outstanding lease makes its requester one, as an
@@ -23,22 +23,14 @@ import (
 // Nobody starves: a requester is served by the best full parent (the
 // score ranks the least loaded first) when no future holder of the chunk
 // is eligible for it, or when it has been waiting for the chunk longer
-// than starveAfter; a future holder whose lease timed out or was
+// than Config.TreeStarveAfter; a future holder whose lease timed out or was
 // reported on stops counting.
 
 const (
-	// maxChildren is the most outstanding assignments a parent takes
-	// before it is full. A peer reading with a few requests in flight
-	// holds as many leases on one parent, so with four reads in flight
-	// this is two requesters' worth.
-	maxChildren = 8
 	// treeRetry is the RetryAfter of a wait for future holders: about a
 	// batch of chunks' transfer time, so that waiters pick up a new
 	// holder soon after it announces.
 	treeRetry = 100 * time.Millisecond
-	// starveAfter is how long a requester waits for future holders of a
-	// chunk before it is served by a full parent anyway.
-	starveAfter = time.Second
 	// maxWaitsPerPeer bounds the chunks whose wait start is remembered
 	// per requester; a chunk that does not fit counts as starved.
 	maxWaitsPerPeer = 1024
@@ -54,12 +46,12 @@ type waitKey struct {
 
 // full reports whether a parent with pending outstanding assignments
 // takes no more while a future holder can serve instead.
-func full(pending int32) bool { return pending >= maxChildren }
+func (s *State) full(pending int32) bool { return pending >= int32(s.cfg.TreeMaxChildren) }
 
 // treeWait takes out of q the chunks that only full candidates hold, for
 // r to wait for instead, if it should: when every one of them has an
 // eligible future holder and r has not waited for any of them past
-// starveAfter. It is all or none: a full parent named for some of the
+// TreeStarveAfter. It is all or none: a full parent named for some of the
 // chunks might as well serve them all. It returns the wait, with no
 // chunks if there is none. Read lock.
 //
@@ -124,7 +116,7 @@ func (s *State) treeWait(sc *scratch, b *blobState, r *peer, q *request, now tim
 			return Wait{} // no future holder: served over the cap
 		}
 		since, ok := r.waits[waitKey{b.digest, sp.chunk}]
-		if ok && nowNs-since >= starveAfter.Nanoseconds() {
+		if ok && nowNs-since >= s.cfg.TreeStarveAfter.Nanoseconds() {
 			return Wait{} // waited long enough: served over the cap
 		}
 		if !ok && len(r.waits) >= maxWaitsPerPeer {
@@ -170,7 +162,7 @@ func (s *State) noteWaits(r *peer, blob rafs.Digest, ans *Answer, tw []uint32, n
 	if len(r.waits)+len(tw) > maxWaitsPerPeer {
 		// Forget waits long past: their chunks were surely served.
 		for k, t := range r.waits {
-			if nowNs-t > 4*starveAfter.Nanoseconds() {
+			if nowNs-t > 4*s.cfg.TreeStarveAfter.Nanoseconds() {
 				delete(r.waits, k)
 			}
 		}

@@ -33,9 +33,10 @@ func treeWaitOf(a Answer) (Wait, bool) {
 	return Wait{}, false
 }
 
-// A parent serves at most maxChildren requesters at once; the rest wait
+// A parent serves at most TreeMaxChildren requesters at once; the rest wait
 // for those requesters, who will hold the chunk.
 func TestTreeCapRespected(t *testing.T) {
+	maxChildren := Default().TreeMaxChildren
 	tests := []struct {
 		name       string
 		requesters int
@@ -71,7 +72,7 @@ func TestTreeCapRespected(t *testing.T) {
 				}
 				waits++
 			}
-			if waits != tt.wantWaits || len(served) != min(tt.requesters, maxChildren) {
+			if waits != tt.wantWaits || len(served) != min(tt.requesters, s.cfg.TreeMaxChildren) {
 				t.Errorf("%d served, %d waiting; want %d waiting", len(served), waits, tt.wantWaits)
 			}
 		})
@@ -82,7 +83,7 @@ func TestTreeCapRespected(t *testing.T) {
 // and the chunk's holders then form a tree: no parent is over the cap.
 func TestTreeWaitersServedByFutureHolders(t *testing.T) {
 	s := newState(t, nil)
-	rs := treeScene(t, s, 3*maxChildren)
+	rs := treeScene(t, s, 3*s.cfg.TreeMaxChildren)
 	b := digest("b")
 	served := map[string]string{} // requester -> parent
 	var waiting []string
@@ -94,8 +95,8 @@ func TestTreeWaitersServedByFutureHolders(t *testing.T) {
 			waiting = append(waiting, r)
 		}
 	}
-	if len(waiting) != 2*maxChildren {
-		t.Fatalf("%d waiting, want %d", len(waiting), 2*maxChildren)
+	if len(waiting) != 2*s.cfg.TreeMaxChildren {
+		t.Fatalf("%d waiting, want %d", len(waiting), 2*s.cfg.TreeMaxChildren)
 	}
 	// The first children fetch and announce; h's leases are reported.
 	now := at(500 * time.Millisecond)
@@ -114,8 +115,8 @@ func TestTreeWaitersServedByFutureHolders(t *testing.T) {
 		children[a.Parents[0].ID]++
 	}
 	for p, n := range children {
-		if n > maxChildren {
-			t.Errorf("%s serves %d children, cap %d: %v", p, n, maxChildren, children)
+		if n > s.cfg.TreeMaxChildren {
+			t.Errorf("%s serves %d children, cap %d: %v", p, n, s.cfg.TreeMaxChildren, children)
 		}
 	}
 	if len(children) < 2 {
@@ -123,26 +124,26 @@ func TestTreeWaitersServedByFutureHolders(t *testing.T) {
 	}
 }
 
-// Nobody waits for ever: a requester whose wait is older than starveAfter,
+// Nobody waits for ever: a requester whose wait is older than TreeStarveAfter,
 // or for whom no future holder is eligible, gets a full parent.
 func TestTreeNoStarvation(t *testing.T) {
 	b := digest("b")
 	t.Run("waited too long", func(t *testing.T) {
 		s := newState(t, nil)
-		rs := treeScene(t, s, maxChildren+1)
-		for _, r := range rs[:maxChildren] {
+		rs := treeScene(t, s, s.cfg.TreeMaxChildren+1)
+		for _, r := range rs[:s.cfg.TreeMaxChildren] {
 			mustParents(t, s, r, b, seq(0, 4), t0)
 		}
-		last := rs[maxChildren]
-		for d := time.Duration(0); d < starveAfter; d += treeRetry {
+		last := rs[s.cfg.TreeMaxChildren]
+		for d := time.Duration(0); d < s.cfg.TreeStarveAfter; d += treeRetry {
 			a := mustParents(t, s, last, b, seq(0, 4), at(d))
 			if _, ok := treeWaitOf(a); !ok {
 				t.Fatalf("at %v: %s, want a wait", d, describe(a))
 			}
 		}
-		a := mustParents(t, s, last, b, seq(0, 4), at(starveAfter))
+		a := mustParents(t, s, last, b, seq(0, 4), at(s.cfg.TreeStarveAfter))
 		if !slices.Equal(parentIDs(a), []string{"h"}) {
-			t.Fatalf("after starveAfter: %s, want h", describe(a))
+			t.Fatalf("after TreeStarveAfter: %s, want h", describe(a))
 		}
 		// Served, the wait is forgotten: a new query waits afresh.
 		s.mu.RLock()
@@ -154,48 +155,48 @@ func TestTreeNoStarvation(t *testing.T) {
 	})
 	t.Run("no future holder of the chunk", func(t *testing.T) {
 		s := newState(t, nil)
-		rs := treeScene(t, s, maxChildren+1)
+		rs := treeScene(t, s, s.cfg.TreeMaxChildren+1)
 		// h is full with leases on chunk 0 only; chunk 3 has no future
 		// holder.
-		for _, r := range rs[:maxChildren] {
+		for _, r := range rs[:s.cfg.TreeMaxChildren] {
 			mustParents(t, s, r, b, []uint32{0}, t0)
 		}
 		// Waits are all or none: the answer is not split between h and
 		// a wait, which the peer would only act on after h's fetch.
-		a := mustParents(t, s, rs[maxChildren], b, []uint32{0, 3}, t0)
+		a := mustParents(t, s, rs[s.cfg.TreeMaxChildren], b, []uint32{0, 3}, t0)
 		if !slices.Equal(parentIDs(a), []string{"h"}) || !slices.Equal(a.Parents[0].Chunks, []uint32{0, 3}) {
 			t.Fatalf("%s, want h for 0 and 3", describe(a))
 		}
 	})
 	t.Run("another parent named: due at once", func(t *testing.T) {
 		s := newState(t, nil)
-		rs := treeScene(t, s, maxChildren+1)
+		rs := treeScene(t, s, s.cfg.TreeMaxChildren+1)
 		mustRegister(t, s, "g", nil, t0)
 		mustAnnounce(t, s, "g", b, []uint32{5}, t0)
-		for _, r := range rs[:maxChildren] {
+		for _, r := range rs[:s.cfg.TreeMaxChildren] {
 			mustParents(t, s, r, b, seq(0, 4), t0)
 		}
 		// Chunk 0 is asked about again as soon as g has served 5.
-		a := mustParents(t, s, rs[maxChildren], b, []uint32{0, 5}, t0)
+		a := mustParents(t, s, rs[s.cfg.TreeMaxChildren], b, []uint32{0, 5}, t0)
 		if !slices.Equal(parentIDs(a), []string{"g"}) || len(a.Wait) != 1 || a.Wait[0].RetryAfter != 0 || len(a.Wait[0].Fetchers) == 0 {
 			t.Fatalf("%s, want g for 5 and an immediate wait for 0", describe(a))
 		}
 	})
 	t.Run("future holder left", func(t *testing.T) {
 		s := newState(t, nil)
-		rs := treeScene(t, s, maxChildren+1)
-		for _, r := range rs[:maxChildren] {
+		rs := treeScene(t, s, s.cfg.TreeMaxChildren+1)
+		for _, r := range rs[:s.cfg.TreeMaxChildren] {
 			mustParents(t, s, r, b, seq(0, 4), t0)
 		}
 		// The future holders stop heartbeating; h and the last requester
 		// stay.
 		now := at(s.Config().PeerTTL + time.Second)
-		for _, id := range []string{"h", rs[maxChildren]} {
+		for _, id := range []string{"h", rs[s.cfg.TreeMaxChildren]} {
 			if err := s.Heartbeat(id, Load{}, at(s.Config().PeerTTL-time.Second)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		a := mustParents(t, s, rs[maxChildren], b, seq(0, 4), now)
+		a := mustParents(t, s, rs[s.cfg.TreeMaxChildren], b, seq(0, 4), now)
 		if !slices.Equal(parentIDs(a), []string{"h"}) {
 			t.Fatalf("%s, want h", describe(a))
 		}
@@ -220,7 +221,7 @@ func TestTreeLeasesEnd(t *testing.T) {
 			return now
 		}},
 		{"reported", true, func(t *testing.T, s *State, rs []string) time.Time {
-			for _, r := range rs[:maxChildren] {
+			for _, r := range rs[:s.cfg.TreeMaxChildren] {
 				if _, err := s.Report(r, "h", Outcome{Blob: b}, at(time.Second)); err != nil {
 					t.Fatal(err)
 				}
@@ -231,11 +232,11 @@ func TestTreeLeasesEnd(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newState(t, func(c *Config) { c.LeaseTimeout = 5 * time.Second })
-			rs := treeScene(t, s, maxChildren+1)
-			for _, r := range rs[:maxChildren] {
+			rs := treeScene(t, s, s.cfg.TreeMaxChildren+1)
+			for _, r := range rs[:s.cfg.TreeMaxChildren] {
 				mustParents(t, s, r, b, seq(0, 4), t0)
 			}
-			last := rs[maxChildren]
+			last := rs[s.cfg.TreeMaxChildren]
 			if _, ok := treeWaitOf(mustParents(t, s, last, b, seq(0, 4), t0)); !ok {
 				t.Fatal("no wait while the leases are outstanding")
 			}
@@ -278,12 +279,12 @@ func TestTreeLeaseIndexForgotten(t *testing.T) {
 // fetched, not over the cap.
 func TestTreeWaiterTrailsFutureHolder(t *testing.T) {
 	s := newState(t, nil)
-	rs := treeScene(t, s, maxChildren+1)
+	rs := treeScene(t, s, s.cfg.TreeMaxChildren+1)
 	b := digest("b")
-	for _, r := range rs[:maxChildren] {
+	for _, r := range rs[:s.cfg.TreeMaxChildren] {
 		mustParents(t, s, r, b, seq(0, 4), t0)
 	}
-	last := rs[maxChildren]
+	last := rs[s.cfg.TreeMaxChildren]
 	now := at(200 * time.Millisecond)
 	mustAnnounce(t, s, rs[0], b, []uint32{0}, now)
 	a := mustParents(t, s, last, b, seq(0, 4), now)

@@ -67,6 +67,8 @@ type StateConfig struct {
 	RefThroughput          int64         `mapstructure:"ref_throughput" yaml:"ref_throughput"`
 	Jitter                 float64       `mapstructure:"jitter" yaml:"jitter"`
 	RefuteDuration         time.Duration `mapstructure:"refute_duration" yaml:"refute_duration"`
+	TreeMaxChildren        int           `mapstructure:"tree_max_children" yaml:"tree_max_children"`
+	TreeStarveAfter        time.Duration `mapstructure:"tree_starve_after" yaml:"tree_starve_after"`
 	BanDuration            time.Duration `mapstructure:"ban_duration" yaml:"ban_duration"`
 	BanQuorum              int           `mapstructure:"ban_quorum" yaml:"ban_quorum"`
 	AccusationBurst        int           `mapstructure:"accusation_burst" yaml:"accusation_burst"`

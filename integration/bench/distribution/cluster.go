@@ -48,7 +48,7 @@ func startCluster(ctx context.Context, cfg Config, dir, registryAddr string, log
 	}
 	var schedAddr string
 	if cfg.P2P {
-		if schedAddr, err = c.startScheduler(filepath.Join(dir, "scheduler"), key, log); err != nil {
+		if schedAddr, err = c.startScheduler(cfg, filepath.Join(dir, "scheduler"), key, log); err != nil {
 			return nil, fmt.Errorf("scheduler: %w", err)
 		}
 	}
@@ -93,7 +93,7 @@ func (c *cluster) startShaper(upstream string, link shaper.Config) (*shaper.Prox
 	return p, nil
 }
 
-func (c *cluster) startScheduler(dir, key string, log *slog.Logger) (string, error) {
+func (c *cluster) startScheduler(cfg Config, dir, key string, log *slog.Logger) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
@@ -101,6 +101,12 @@ func (c *cluster) startScheduler(dir, key string, log *slog.Logger) (string, err
 	scfg.Host.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
 	scfg.Host.ClusterKeyFile = key
 	scfg.Admin.Listen = "127.0.0.1:0"
+	if cfg.MaxChildren != 0 {
+		scfg.State.TreeMaxChildren = cfg.MaxChildren
+	}
+	if cfg.StarveAfter != 0 {
+		scfg.State.TreeStarveAfter = cfg.StarveAfter
+	}
 	s, err := server.New(scfg, log.With("daemon", "scheduler"))
 	if err != nil {
 		return "", err

@@ -39,6 +39,10 @@ type Config struct {
 	// order would; by default every node reads in the same order, as
 	// containers starting the same program do.
 	Spread bool
+	// MaxChildren and StarveAfter, when not zero, replace the scheduler's
+	// tree_max_children and tree_starve_after.
+	MaxChildren int
+	StarveAfter time.Duration
 	// RunTimeout bounds one run: setting up, pulling, tearing down.
 	RunTimeout time.Duration
 	// Out is the directory distribution.json and distribution.md are

@@ -53,6 +53,8 @@ func main() {
 	flag.IntVar(&cfg.Readers, "readers", cfg.Readers, "requests each node keeps in flight")
 	flag.IntVar(&cfg.BatchChunks, "batch-chunks", cfg.BatchChunks, "chunks per request")
 	flag.BoolVar(&cfg.Spread, "spread", cfg.Spread, "start node i's reading i/nodes of the way into the image (default: every node reads in the same order)")
+	flag.IntVar(&cfg.MaxChildren, "tree-max-children", 0, "the scheduler's tree_max_children (0: its default)")
+	flag.DurationVar(&cfg.StarveAfter, "tree-starve-after", 0, "the scheduler's tree_starve_after (0: its default)")
 	flag.DurationVar(&cfg.RunTimeout, "run-timeout", cfg.RunTimeout, "bound on one run")
 	flag.StringVar(&cfg.Out, "out", cfg.Out, "directory of distribution.json and distribution.md (and, with -results, of the other harnesses' reports)")
 	flag.StringVar(&cfg.Work, "work", "", "work directory (default: a new temporary one, removed at the end)")
@@ -143,6 +145,7 @@ func run(ctx context.Context, cfg Config, progress io.Writer) (_ *Scenario, err 
 	s := &Scenario{
 		Key: scenarioKey(cfg), Nodes: cfg.Nodes, ImageMiB: cfg.ImageMiB, NodeMbit: cfg.NodeMbit, OriginMbit: cfg.originMbit(),
 		RTTms: float64(cfg.RTT) / float64(time.Millisecond), P2P: cfg.P2P, Spread: cfg.Spread, Readers: cfg.Readers, BatchChunks: cfg.BatchChunks,
+		MaxChildren: cfg.MaxChildren, StarveAfterMs: float64(cfg.StarveAfter) / float64(time.Millisecond),
 		ImageBytes: img.bytes, ChunkBytes: img.chunk, Measured: time.Now().UTC().Format(time.RFC3339), Machine: machine(),
 		Command: command(cfg),
 		Bound:   floor(cfg.P2P, cfg.Nodes, img.bytes, img.chunk, bytesPerSec(cfg.NodeMbit), bytesPerSec(cfg.originMbit())),
@@ -186,6 +189,12 @@ func command(cfg Config) string {
 	}
 	if d := Default(); cfg.Readers != d.Readers || cfg.BatchChunks != d.BatchChunks {
 		args = append(args, fmt.Sprintf("-readers %d -batch-chunks %d", cfg.Readers, cfg.BatchChunks))
+	}
+	if cfg.MaxChildren != 0 {
+		args = append(args, fmt.Sprintf("-tree-max-children %d", cfg.MaxChildren))
+	}
+	if cfg.StarveAfter != 0 {
+		args = append(args, "-tree-starve-after "+cfg.StarveAfter.String())
 	}
 	args = append(args, fmt.Sprintf("-p2p=%t -runs %d", cfg.P2P, cfg.Runs))
 	return strings.Join(args, " ")

@@ -26,12 +26,15 @@ type Scenario struct {
 	Spread      bool    `json:"spread,omitempty"`
 	Readers     int     `json:"readers"`
 	BatchChunks int     `json:"batch_chunks"`
-	ImageBytes  int64   `json:"image_bytes"` // stored bytes of every blob
-	ChunkBytes  int64   `json:"chunk_bytes"`
-	Measured    string  `json:"measured"` // UTC, RFC 3339
-	Machine     string  `json:"machine"`
-	Command     string  `json:"command"`
-	Bound       Bound   `json:"bound"`
+	// The scheduler's tree settings, when not its defaults.
+	MaxChildren   int     `json:"tree_max_children,omitempty"`
+	StarveAfterMs float64 `json:"tree_starve_after_ms,omitempty"`
+	ImageBytes    int64   `json:"image_bytes"` // stored bytes of every blob
+	ChunkBytes    int64   `json:"chunk_bytes"`
+	Measured      string  `json:"measured"` // UTC, RFC 3339
+	Machine       string  `json:"machine"`
+	Command       string  `json:"command"`
+	Bound         Bound   `json:"bound"`
 	// Medians over Runs.
 	OriginRatio float64     `json:"origin_ratio"`
 	P50         float64     `json:"p50_seconds"`
@@ -77,6 +80,12 @@ func scenarioKey(c Config) string {
 	}
 	if d := Default(); c.Readers != d.Readers || c.BatchChunks != d.BatchChunks {
 		mode += fmt.Sprintf(" readers=%d batch=%d", c.Readers, c.BatchChunks)
+	}
+	if c.MaxChildren != 0 {
+		mode += fmt.Sprintf(" tree-max-children=%d", c.MaxChildren)
+	}
+	if c.StarveAfter != 0 {
+		mode += " tree-starve-after=" + c.StarveAfter.String()
 	}
 	return fmt.Sprintf("%dx%dMiB node=%gMbit origin=%gMbit rtt=%s %s", c.Nodes, c.ImageMiB, c.NodeMbit, c.originMbit(), c.RTT, mode)
 }
@@ -159,6 +168,12 @@ func (r *Report) markdown() string {
 		}
 		if d := Default(); s.Readers != 0 && (s.Readers != d.Readers || s.BatchChunks != d.BatchChunks) {
 			mode += fmt.Sprintf(", %d x %d chunks in flight", s.Readers, s.BatchChunks)
+		}
+		if s.MaxChildren != 0 {
+			mode += fmt.Sprintf(", tree_max_children %d", s.MaxChildren)
+		}
+		if s.StarveAfterMs != 0 {
+			mode += fmt.Sprintf(", tree_starve_after %g ms", s.StarveAfterMs)
 		}
 		bound, p50r, p99r := "—", "—", "—"
 		if s.Bound.Seconds > 0 {
