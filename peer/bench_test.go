@@ -22,6 +22,7 @@ import (
 
 	"damselfly/fusemount"
 	"damselfly/fusemount/backend"
+	"damselfly/integration/bench/shaper"
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
@@ -51,7 +52,33 @@ import (
 // c/a, and the latency of each chunk read (p50, p99, in ms).
 func BenchmarkColdRead(b *testing.B) {
 	img := buildBenchImage(b, 64<<20)
-	host := startBenchRegistry(b, img)
+	coldReadVariants(b, img, startBenchRegistry(b, img))
+}
+
+// BenchmarkColdReadLink is BenchmarkColdRead with the registry behind a
+// shaped link of 1 Gbit/s and 2 ms RTT (bench-mount's 1g profile), as a
+// registry is in use: across a network. Unshaped, the in-process
+// registry answers at memory speed and the comparison measures only the
+// CPU the peer path adds on this machine.
+func BenchmarkColdReadLink(b *testing.B) {
+	img := buildBenchImage(b, 64<<20)
+	px, err := shaper.New(startBenchRegistry(b, img), shaper.Config{Bandwidth: 1e9, RTT: 2 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- px.Run(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	})
+	coldReadVariants(b, img, px.Addr())
+}
+
+func coldReadVariants(b *testing.B, img benchImage, host string) {
 	for _, v := range []struct{ readers, amplify int }{{1, 1 << 20}, {1, 4 << 20}, {4, 1 << 20}} {
 		b.Run(fmt.Sprintf("readers=%d/amplify=%dMiB", v.readers, v.amplify>>20), func(b *testing.B) {
 			benchColdRead(b, img, host, readOptions{readers: v.readers, amplify: v.amplify})
