@@ -91,6 +91,10 @@ bench-mount: ; $(GO) run ./integration/bench/mount $(BENCH_MOUNT_FLAGS)
 BENCH_DIST_FLAGS ?=
 BENCH_DIST = $(GO) run ./integration/bench/distribution
 bench-distribution:
+	$(BENCH_DIST) -nodes 1 -mb 64 -mbit 200 -p2p=true -runs 3 $(BENCH_DIST_FLAGS)
+	$(BENCH_DIST) -nodes 1 -mb 64 -mbit 200 -p2p=false -runs 3 $(BENCH_DIST_FLAGS)
+	$(BENCH_DIST) -nodes 4 -mb 64 -mbit 200 -p2p=true -runs 3 $(BENCH_DIST_FLAGS)
+	$(BENCH_DIST) -nodes 4 -mb 64 -mbit 200 -p2p=false -runs 3 $(BENCH_DIST_FLAGS)
 	$(BENCH_DIST) -nodes 8 -mb 64 -mbit 200 -p2p=true -runs 3 $(BENCH_DIST_FLAGS)
 	$(BENCH_DIST) -nodes 8 -mb 64 -mbit 200 -p2p=false -runs 3 $(BENCH_DIST_FLAGS)
 	$(BENCH_DIST) -nodes 16 -mb 256 -mbit 200 -p2p=true -runs 3 $(BENCH_DIST_FLAGS)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,6 +108,25 @@ func TestWriteResults(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("RESULTS.md lacks %q:\n%s", want, got)
 		}
+	}
+	// RESULTS.json holds the distribution report (the only JSON one
+	// here) and nothing for the harnesses that did not run.
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "RESULTS.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all map[string]Report
+	if err := json.Unmarshal(raw, &all); err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1 || len(all["distribution"].Scenarios) != 1 || all["distribution"].Scenarios[0].Nodes != 8 {
+		t.Errorf("RESULTS.json: %s", raw)
+	}
+	if err := os.WriteFile(filepath.Join(out, "mount.json"), []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeResults(file, out); err == nil {
+		t.Error("a report that is not JSON was gathered")
 	}
 }
 

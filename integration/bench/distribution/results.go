@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,7 +19,8 @@ const notesMarker = "<!-- notes: written by hand, kept by make bench-results -->
 // writeResults writes the benchmark report (RESULTS.md) to file from the
 // reports the harnesses left in out: distribution.json, and convert.md and
 // mount.md where those harnesses ran. The notes of an existing file (from
-// notesMarker on) are kept at its end.
+// notesMarker on) are kept at its end. Beside it, RESULTS.json gathers
+// the harnesses' JSON reports.
 func writeResults(file, out string) error {
 	rep, err := loadReport(out)
 	if err != nil {
@@ -73,7 +75,34 @@ func writeResults(file, out string) error {
 		fmt.Fprintf(&b, "From `%s/%s`:\n\n%s\n", out, h.name, demote(string(data)))
 	}
 	b.WriteString(notes)
-	return os.WriteFile(file, []byte(b.String()), 0o644)
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return writeResultsJSON(strings.TrimSuffix(file, filepath.Ext(file))+".json", out)
+}
+
+// writeResultsJSON writes file (RESULTS.json, beside RESULTS.md): the
+// harnesses' JSON reports in out, each under its name, those that did
+// not run left out. Each is checked to be JSON, not parsed further.
+func writeResultsJSON(file, out string) error {
+	all := map[string]json.RawMessage{}
+	for _, name := range []string{"distribution", "convert", "mount"} {
+		data, err := os.ReadFile(filepath.Join(out, name+".json"))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return err
+		case !json.Valid(data):
+			return fmt.Errorf("%s: not JSON", filepath.Join(out, name+".json"))
+		}
+		all[name] = data
+	}
+	data, err := json.MarshalIndent(all, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, append(data, '\n'), 0o644)
 }
 
 // demote moves a harness report's headings two levels down, under the
