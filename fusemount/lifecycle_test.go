@@ -101,12 +101,51 @@ func damselflyBinary(t testing.TB) string {
 	return binOnce.path
 }
 
+// lockedBuffer is a daemon's output, readable while the daemon writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// daemonLogs holds each started daemon's output, by its *exec.Cmd.
+var daemonLogs sync.Map
+
+// diagnose describes mp and cmd's daemon for a failure message: the
+// mount table's lines for mp and the daemon's output so far.
+func diagnose(cmd *exec.Cmd, mp string) string {
+	var b strings.Builder
+	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, mp) {
+				b.WriteString("mountinfo: " + l + "\n")
+			}
+		}
+	}
+	if out, ok := daemonLogs.Load(cmd); ok {
+		b.WriteString("daemon output:\n" + out.(*lockedBuffer).String())
+	}
+	return b.String()
+}
+
 // startDaemon runs `damselfly mount` as a process and waits for the mount.
 func startDaemon(t *testing.T, ref, mp, cfgFile string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(damselflyBinary(t), "mount", "--config", cfgFile, ref, mp)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := new(lockedBuffer)
+	daemonLogs.Store(cmd, out)
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +201,7 @@ func TestSignalsAndStaleMounts(t *testing.T) {
 	cmd = startDaemon(t, ref, mp, cfg)
 	t.Logf("measured: start over the stale mount to mounted and serving: %v", time.Since(start).Round(time.Millisecond))
 	if _, err := os.ReadDir(filepath.Join(mp, "meta")); err != nil {
-		t.Fatalf("remounted over a stale mount: %v", err)
+		t.Fatalf("remounted over a stale mount: %v\n%s", err, diagnose(cmd, mp))
 	}
 	if out, err := exec.Command(damselflyBinary(t), "umount", mp).CombinedOutput(); err != nil {
 		t.Fatalf("damselfly umount: %v: %s", err, out)
