@@ -240,6 +240,7 @@ func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) ([]by
 			if data, src, ok := f.warm(c); ok {
 				fl.run.cancel()
 				f.flights.complete(fl, data, src, nil)
+				f.flights.leave(fl)
 				return data, src, nil
 			}
 			cacheChecked = true
@@ -569,11 +570,13 @@ func (f *Fetcher) Readahead(in rafs.Inode, idx uint32) {
 		}
 		fl, rctx, leader := f.flights.start(f.bgCtx, c.Index)
 		if !leader {
+			f.flights.leave(fl) // a reader's fetch got there first
 			continue
 		}
 		if !f.launch(func() { f.fetchRun(rctx, fl, c, modeReadahead, false) }) {
 			fl.run.cancel()
 			f.flights.complete(fl, nil, "", errFetcherClosed)
+			f.flights.leave(fl)
 			break
 		}
 		f.raFlying.Add(1)
@@ -594,6 +597,9 @@ func (f *Fetcher) Readahead(in rafs.Inode, idx uint32) {
 		}
 	}) {
 		f.raFlying.Add(-int64(len(heads)))
+		for _, fl := range heads {
+			f.flights.leave(fl)
+		}
 	}
 }
 

@@ -44,6 +44,9 @@ type run struct {
 // one. Otherwise it registers a new run with key as its head, and
 // returns leader true and the run's context, derived from parent: the
 // caller must then fetch the run and complete every one of its flights.
+// The caller counts as waiting on the run from here, so that the run is
+// not abandoned between its start and its wait: it must then call wait,
+// or leave.
 func (g *flightGroup) start(parent context.Context, key uint32) (fl *flight, ctx context.Context, leader bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -51,10 +54,11 @@ func (g *flightGroup) start(parent context.Context, key uint32) (fl *flight, ctx
 		g.calls = map[uint32]*flight{}
 	}
 	if fl, ok := g.calls[key]; ok {
+		fl.run.waiters++
 		return fl, nil, false
 	}
 	ctx, cancel := context.WithCancel(parent)
-	r := &run{cancel: cancel}
+	r := &run{cancel: cancel, waiters: 1}
 	fl = &flight{key: key, run: r, done: make(chan struct{})}
 	r.flights = []*flight{fl}
 	g.calls[key] = fl
@@ -96,15 +100,21 @@ func (g *flightGroup) complete(fl *flight, val []byte, src string, err error) {
 	close(fl.done)
 }
 
-// wait returns fl's result, or ctx's error when ctx ends first. The last
-// caller to give up on a run whose head has not arrived cancels it and
-// drops its flights, so the next caller starts afresh rather than join a
-// cancelled fetch.
+// leave ends the caller's interest in fl's run without waiting (the
+// caller got its result another way, or never wanted it). It does not
+// cancel the run.
+func (g *flightGroup) leave(fl *flight) {
+	g.mu.Lock()
+	fl.run.waiters--
+	g.mu.Unlock()
+}
+
+// wait returns fl's result, or ctx's error when ctx ends first; the
+// caller is one start counted. The last caller to give up on a run whose
+// head has not arrived cancels it and drops its flights, so the next
+// caller starts afresh rather than join a cancelled fetch.
 func (g *flightGroup) wait(ctx context.Context, fl *flight) ([]byte, string, error) {
 	r := fl.run
-	g.mu.Lock()
-	r.waiters++
-	g.mu.Unlock()
 	select {
 	case <-fl.done:
 		g.mu.Lock()
