@@ -143,6 +143,14 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	fsys := newRafsFS(d.boot, d.fetcher, d.image, opts.Config.EntryTimeout, d.log)
 	d.fsys = fsys
+	// The control socket is bound before the mount exists: a daemon that
+	// cannot serve it fails before anyone can see (and read from) a mount
+	// that would vanish again.
+	api, err := startAPI(d, opts.Config.APISocket, mp)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, api.Close)
 	root := os.Geteuid() == 0
 	allowOther := root
 	if opts.Config.AllowOther != nil {
@@ -185,14 +193,6 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	d.state.set("running")
 	d.log.Info("mounted", "image", d.image, "mountpoint", mp, "files", d.boot.InodeCount(), "ready_after", time.Since(d.started).Round(time.Millisecond))
-
-	api, err := startAPI(d, opts.Config.APISocket, mp)
-	if err != nil {
-		d.unmount(mp)
-		<-served
-		return err
-	}
-	cleanups = append(cleanups, api.Close)
 
 	pctx, stopPrefetch := context.WithCancel(ctx)
 	if opts.Config.Prefetch.Enable {
