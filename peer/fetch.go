@@ -253,12 +253,17 @@ func (n *Node) keep(g *group, c rafs.Chunk, stored []byte, source string) {
 		defer func() { <-n.writes }()
 		if err := n.cache.PutChunk(c, stored); err != nil {
 			n.log.Warn("caching a chunk", "chunk", c.Digest, "err", err)
+			// Not held after all: a turn to fetch it from origin, if
+			// this node had one, goes to the next peer now rather than
+			// when it times out (the announcement would have ended it).
+			n.router.Abandon(g.blob, []uint32{c.Ordinal})
 		} else if n.hold.add(g.blob, c.Ordinal, c.Digest); n.cache.Has(c.Digest) {
 			n.router.Announce(g.blob, []uint32{c.Ordinal})
 		} else {
 			// Evicted between the write and the holding: the evict
 			// hook may have run before there was a holding to drop.
 			n.Missed(g.blob, c.Digest)
+			n.router.Abandon(g.blob, []uint32{c.Ordinal})
 		}
 		n.kept(f)
 	}()
