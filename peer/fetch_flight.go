@@ -85,9 +85,11 @@ func (n *Node) join(up proxy.Upstream, blob rafs.Digest, cs []rafs.Chunk) []*fli
 }
 
 // leave releases the references join returned, cancelling each batch that
-// no read waits for any more. A cancelled batch's flights leave the map at
-// once, so that a read coming later starts a fetch of its own instead of
-// joining one that is ending.
+// no read waits for any more. A cancelled batch's unfinished flights leave
+// the map at once, so that a read coming later starts a fetch of its own
+// instead of joining one that is ending; a flight that has its bytes stays
+// until they are kept, so that a read coming while they are being cached
+// takes them instead of fetching the chunk again.
 func (n *Node) leave(fs []*flight) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -98,7 +100,7 @@ func (n *Node) leave(fs []*flight) {
 		}
 		f.b.cancel()
 		for _, g := range f.b.flights {
-			if n.flights[g.want.Digest] == g {
+			if n.flights[g.want.Digest] == g && !g.finished {
 				delete(n.flights, g.want.Digest)
 			}
 		}
