@@ -77,6 +77,21 @@ func (g *group) chunks(ords []uint32) []rafs.Chunk {
 	return out
 }
 
+// pendingOf returns the chunks of ords that are still pending, ascending
+// and without duplicates.
+func (g *group) pendingOf(ords []uint32) []uint32 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]uint32, 0, len(ords))
+	for _, o := range ords {
+		if g.pending[o] != nil {
+			out = append(out, o)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 func (g *group) ordinals() []uint32 {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -15,8 +15,16 @@ import (
 // round asks the Router where the pending chunks of g are and fetches
 // them: from the parents it names (several at once) and from the origin
 // when it is this node's turn. Without a Router answer it asks the
-// parents it learnt recently, then the origin. It returns the Router's
-// shortest "ask again after" and whether there was one.
+// parents it learnt recently, then the origin. It returns once every
+// fetch it started has ended, with the Router's shortest "ask again
+// after" for the chunks still to wait for, and whether there was one.
+//
+// With a RouteWaiter the waits are not left to the caller: while the
+// fetches run, the chunks to wait for are routed again at once, held by
+// the Router until one of them has a new holder or an origin turn, and
+// whatever that names is fetched alongside. So a chunk another peer
+// announces is fetched within a round trip of the announcement, not
+// after the batch's other fetches and a poll.
 func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, waited bool) {
 	ords := g.ordinals()
 	route, err := n.route(ctx, g.blob, ords)
@@ -28,9 +36,52 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 		n.fallback(ctx, g, ords)
 		return 0, false
 	}
-	now := time.Now()
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	sem := make(chan struct{}, n.cfg.MaxParallelParents)
+	rw, holds := n.router.(RouteWaiter)
+	left, progressed := g.left(), time.Now()
+	for {
+		wait, retry, any := n.dispatch(ctx, g, route, &wg, sem)
+		if !any || !holds || len(wait) == 0 || len(wait) > maxRoute || ctx.Err() != nil {
+			return retry, any
+		}
+		// Give up waiting here, as the caller would, once the group
+		// went FetchDeadline without a chunk arriving.
+		if l := g.left(); l < left {
+			left, progressed = l, time.Now()
+		}
+		if time.Since(progressed) >= n.cfg.FetchDeadline {
+			return retry, any
+		}
+		hold := max(min(retry, n.cfg.MaxRetryDelay), minRetryDelay/5)
+		asked := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, n.cfg.RouteTimeout+hold)
+		route, err = rw.RouteWait(rctx, g.blob, wait, hold)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				wg.Go(func() { n.fallback(ctx, g, wait) })
+			}
+			return 0, false
+		}
+		// A router that answered "wait" at once (a short RetryAfter, or
+		// one that does not hold) is not asked again sooner than this.
+		if len(route.Parents) == 0 && len(route.Origin) == 0 {
+			if d := minRetryDelay/5 - time.Since(asked); d > 0 && !sleep(ctx, d) {
+				return 0, false
+			}
+		}
+	}
+}
+
+// dispatch starts, in wg, the fetches route names for the pending chunks
+// of g: from its parents (at most cap(sem) at once) and from the origin
+// for this node's turns. It returns the pending chunks to ask about
+// again (ascending), the shortest "ask again after" among them, and
+// whether there are any.
+func (n *Node) dispatch(ctx context.Context, g *group, route Route, wg *sync.WaitGroup, sem chan struct{}) (wait []uint32, retryAfter time.Duration, waited bool) {
+	now := time.Now()
 	var elsewhere []uint32
 	for _, p := range route.Parents {
 		if p.Info.ID == n.h.ID() || len(p.Chunks) == 0 {
@@ -42,6 +93,7 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 			// failed (which also ends its lease) and ask again soon.
 			n.router.Report(p.Info.ID, Outcome{Blob: g.blob})
 			retryAfter, waited = minWait(retryAfter, waited, minRetryDelay)
+			wait = append(wait, p.Chunks...)
 			continue
 		}
 		if n.slowAvoided(p.Info.ID) {
@@ -54,12 +106,10 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 			continue
 		}
 		cs := g.chunks(p.Chunks)
-		if len(p.Chunks) == 0 || len(cs) == 0 {
+		if len(cs) == 0 {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
@@ -67,24 +117,33 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 			}
 			defer func() { <-sem }()
 			n.fetchParent(ctx, g, p.Info, cs, true, true)
-		}()
+		})
 	}
 	if len(elsewhere) > 0 {
 		slices.Sort(elsewhere)
 		wg.Go(func() { n.fallback(ctx, g, elsewhere) })
 	}
 	if cs := g.chunks(route.Origin); len(route.Origin) > 0 && len(cs) > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n.fetchOrigin(ctx, g, cs, true)
-		}()
+		wg.Go(func() { n.fetchOrigin(ctx, g, cs, true) })
 	}
 	for _, w := range route.Wait {
 		retryAfter, waited = minWait(retryAfter, waited, w.RetryAfter)
+		wait = append(wait, w.Chunks...)
 	}
-	wg.Wait()
-	return retryAfter, waited
+	wait = g.pendingOf(wait)
+	return wait, retryAfter, waited
+}
+
+// sleep waits d or until ctx is done, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 func minWait(cur time.Duration, set bool, d time.Duration) (time.Duration, bool) {

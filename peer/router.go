@@ -40,6 +40,16 @@ type Router interface {
 	Report(parent lpeer.ID, o Outcome)
 }
 
+// RouteWaiter is a Router that can hold a route. RouteWait is Route,
+// except that when the whole answer would be to wait, the router may
+// answer only once one of the chunks has a new holder or a free origin
+// turn, or maxWait has passed. It blocks at most until ctx is done. A
+// Router without it is polled: the node waits out the answer's
+// RetryAfter and routes again.
+type RouteWaiter interface {
+	RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (Route, error)
+}
+
 // ErrNoRoute is wrapped by Route's error when no scheduler could answer.
 var ErrNoRoute = errors.New("peer: no scheduler answered")
 

@@ -17,7 +17,10 @@ import (
 	"damselfly/scheduler"
 )
 
-var _ dpeer.Router = (*Client)(nil)
+var (
+	_ dpeer.Router      = (*Client)(nil)
+	_ dpeer.RouteWaiter = (*Client)(nil)
+)
 
 // Client is a peer's connection to its schedulers. It implements
 // peer.Router; Run keeps the memberships and delivers what Announce, Drop,
@@ -44,6 +47,7 @@ type remote struct {
 	wake chan struct{} // asks its worker to act now; capacity 1
 
 	alive      bool   // counted among the live schedulers
+	noHold     bool   // answered RouteWait as an unknown request (an older scheduler)
 	registered bool   // holds a session for this peer
 	failures   int    // heartbeats failed in a row
 	session    uint64 // counts registrations

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
@@ -71,6 +72,61 @@ func (c *Client) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (
 		errs = append(errs, errors.New("no live scheduler"))
 	}
 	return dpeer.Route{}, fmt.Errorf("route %s: %w: %w", blob, dpeer.ErrNoRoute, errors.Join(errs...))
+}
+
+// RouteWait is Route, held by blob's scheduler while its whole answer
+// would be to wait, for up to maxWait (see wire.RouteWait). A scheduler
+// that does not know the request (an older one) is not asked for held
+// routes again: the client then waits maxWait itself and routes. When
+// the owner fails otherwise, it routes at once, which tries the other
+// schedulers.
+func (c *Client) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (dpeer.Route, error) {
+	asked := normalize(chunks)
+	if len(asked) == 0 || len(chunks) > wire.MaxOrdinals {
+		return c.Route(ctx, blob, chunks)
+	}
+	c.mu.Lock()
+	var r *remote
+	var session uint64
+	if order := pickOrder(blob, c.liveLocked()); len(order) > 0 {
+		r = c.byName[order[0]]
+		session = r.session
+	}
+	hold := r != nil && !r.noHold
+	c.mu.Unlock()
+	if !hold {
+		t := time.NewTimer(maxWait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return dpeer.Route{}, fmt.Errorf("route %s: %w: %w", blob, dpeer.ErrNoRoute, ctx.Err())
+		case <-t.C:
+		}
+		return c.Route(ctx, blob, chunks)
+	}
+	actx, cancel := context.WithTimeout(ctx, c.cfg.RouteTimeout+maxWait)
+	resp, err := c.call(actx, r, &wire.RouteWait{Blob: blob, Chunks: asked, MaxWait: maxWait})
+	cancel()
+	if err == nil {
+		if a, ok := resp.(*wire.Answer); ok {
+			return toRoute(a.Answer), nil
+		}
+		err = fmt.Errorf("route wait from scheduler %s: got a %s response, want answer", r.name, resp.Type())
+	}
+	var e *wire.Error
+	switch {
+	case errors.As(err, &e) && e.Code == wire.CodeBadRequest && strings.Contains(e.Message, "unknown message type"):
+		c.mu.Lock()
+		r.noHold = true
+		c.mu.Unlock()
+		c.log.Info("scheduler does not hold routes; polling it", "scheduler", r.name)
+	case codeOf(err) == wire.CodeUnknownPeer:
+		c.needRegister(r, session)
+	}
+	if ctx.Err() != nil {
+		return dpeer.Route{}, fmt.Errorf("route %s: %w: %w", blob, dpeer.ErrNoRoute, err)
+	}
+	return c.Route(ctx, blob, chunks)
 }
 
 // toRoute converts the scheduler's answer. A parent whose ID or addresses

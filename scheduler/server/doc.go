@@ -11,6 +11,8 @@
 //   - handler.go: the stream handler, with per-stream deadlines and
 //     bounded concurrent streams per peer, and the mapping of requests to
 //     State calls and of core errors to error codes.
+//   - watch.go: held routes (RouteWait): a route that would only wait is
+//     answered when one of its chunks is announced or given up.
 //   - admin.go: the loopback admin HTTP API (peers, blobs, origin fetches,
 //     bans, health); admin_json.go: its JSON documents.
 //   - metrics.go: Prometheus metrics on the server's own registry.

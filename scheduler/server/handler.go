@@ -41,7 +41,12 @@ func (s *Server) handle(st network.Stream) {
 		_ = st.Reset()
 		return
 	}
-	resp := s.serve(from.String(), req, time.Now())
+	var resp wire.Message
+	if m, ok := req.(*wire.RouteWait); ok {
+		resp = s.routeWait(from, m)
+	} else {
+		resp = s.serve(from.String(), req, time.Now())
+	}
 	result := "ok"
 	if e, ok := resp.(*wire.Error); ok {
 		result = e.Code.String()
@@ -77,6 +82,15 @@ func (s *Server) acquire(p peer.ID) (admitted, closed bool) {
 	return true, false
 }
 
+// reacquire takes back the slot a held route gave up, over the bounds:
+// the stream was admitted once already.
+func (s *Server) reacquire(p peer.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.perPeer[p]++
+	s.active++
+}
+
 func (s *Server) release(p peer.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -102,13 +116,19 @@ func (s *Server) serve(from string, req wire.Message, now time.Time) wire.Messag
 	case *wire.Heartbeat:
 		err = s.state.Heartbeat(from, m.Load, now)
 	case *wire.Announce:
-		_, err = s.state.Announce(from, m.Blob, m.Chunks, now)
+		if _, err = s.state.Announce(from, m.Blob, m.Chunks, now); err == nil {
+			s.watches.fire(m.Blob, m.Chunks, nil)
+		}
 	case *wire.AnnounceFull:
-		_, err = s.state.AnnounceFull(from, m.Blob, m.Held, now)
+		if _, err = s.state.AnnounceFull(from, m.Blob, m.Held, now); err == nil {
+			s.watches.fire(m.Blob, nil, m.Held)
+		}
 	case *wire.Drop:
 		err = s.state.Drop(from, m.Blob, m.Chunks, now)
 	case *wire.Abandon:
-		_, err = s.state.AbandonOrigin(from, m.Blob, m.Chunks, now)
+		if _, err = s.state.AbandonOrigin(from, m.Blob, m.Chunks, now); err == nil {
+			s.watches.fire(m.Blob, m.Chunks, nil)
+		}
 	case *wire.Route:
 		return s.route(from, m, now)
 	case *wire.Report:
@@ -149,6 +169,65 @@ func (s *Server) route(from string, m *wire.Route, now time.Time) wire.Message {
 	s.metrics.routeChunks.WithLabelValues("origin").Add(float64(len(a.Origin)))
 	s.metrics.routeChunks.WithLabelValues("wait").Add(float64(waits))
 	return &wire.Answer{Answer: a}
+}
+
+// routeWait answers a RouteWait: as a Route, except that an answer that
+// is all waits is held (watch.go) until one of the chunks is announced
+// or given up, the shortest wait's RetryAfter or the request's MaxWait
+// passes, or the server stops; then the route is answered afresh. The
+// watch starts before the first answer, so an announcement in between
+// is not missed. A held route gives back the peer's stream slot (it has
+// one of maxHeldPerPeer instead), so a peer's waits never crowd out its
+// other requests.
+func (s *Server) routeWait(from peer.ID, m *wire.RouteWait) wire.Message {
+	w := s.watches.add(from, m.Blob, m.Chunks)
+	r := &wire.Route{Blob: m.Blob, Chunks: m.Chunks}
+	resp := s.route(from.String(), r, time.Now())
+	if w == nil {
+		return resp
+	}
+	hold := holdFor(resp, min(m.MaxWait, s.cfg.StreamTimeout/2))
+	if hold <= 0 {
+		s.watches.remove(from, m.Blob, w)
+		return resp
+	}
+	s.release(from)
+	t := time.NewTimer(hold)
+	end := "timeout"
+	select {
+	case <-w.fired:
+		end = "fired"
+	case <-t.C:
+	case <-s.quit:
+		end = "shutdown"
+	}
+	t.Stop()
+	s.watches.remove(from, m.Blob, w)
+	s.reacquire(from)
+	s.metrics.held.WithLabelValues(end).Inc()
+	if end == "shutdown" {
+		return resp
+	}
+	return s.route(from.String(), r, time.Now())
+}
+
+// holdFor is how long a route answered with resp may be held: the
+// shortest RetryAfter of its waits, at most limit, or 0 when it names a
+// parent or an origin turn (or is an error).
+func holdFor(resp wire.Message, limit time.Duration) time.Duration {
+	r, ok := resp.(*wire.Answer)
+	if !ok {
+		return 0
+	}
+	a := r.Answer
+	if len(a.Parents) > 0 || len(a.Origin) > 0 || len(a.Wait) == 0 {
+		return 0
+	}
+	d := limit
+	for _, w := range a.Wait {
+		d = min(d, w.RetryAfter)
+	}
+	return d
 }
 
 // errorResponse maps a core error to the protocol's codes.

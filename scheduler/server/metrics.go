@@ -14,6 +14,7 @@ type metrics struct {
 	requests     *prometheus.CounterVec
 	routeChunks  *prometheus.CounterVec
 	routeSeconds prometheus.Histogram
+	held         *prometheus.CounterVec
 	expired      prometheus.Counter
 }
 
@@ -33,6 +34,10 @@ func newMetrics(state *scheduler.State) *metrics {
 			Help:    "Time to compute a route answer.",
 			Buckets: prometheus.ExponentialBuckets(5e-6, 4, 10),
 		}),
+		held: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "damselfly_scheduler_routes_held_total",
+			Help: "Route-waits held because their answer was all waits, by how the hold ended: fired (a watched chunk was announced or given up), timeout, shutdown.",
+		}, []string{"end"}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "damselfly_scheduler_expired_peers_total",
 			Help: "Peers dropped for missing heartbeats.",
@@ -45,7 +50,7 @@ func newMetrics(state *scheduler.State) *metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.routeChunks, m.routeSeconds, m.expired,
+		m.requests, m.routeChunks, m.routeSeconds, m.held, m.expired,
 		gauge("peers", "Registered peers.", func(s scheduler.Stats) int { return s.Peers }),
 		gauge("blobs", "Blobs anyone holds or fetches.", func(s scheduler.Stats) int { return s.Blobs }),
 		gauge("holdings", "(peer, blob) holdings.", func(s scheduler.Stats) int { return s.Holdings }),

@@ -30,6 +30,8 @@ type Server struct {
 	admin   net.Listener
 	httpSrv *http.Server
 	metrics *metrics
+	watches *watches      // held routes (watch.go)
+	quit    chan struct{} // closed when Run stops: held routes answer
 
 	mu      sync.Mutex
 	closed  bool
@@ -53,7 +55,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, state: state, perPeer: make(map[peer.ID]int)}
+	s := &Server{cfg: cfg, log: log, state: state, perPeer: make(map[peer.ID]int), watches: newWatches(), quit: make(chan struct{})}
 	s.metrics = newMetrics(state)
 	hc := cfg.Host.HostConfig()
 	hc.Registerer = s.metrics.reg
@@ -121,6 +123,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	close(s.quit)
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := s.httpSrv.Shutdown(sctx); err != nil {
 		s.httpSrv.Close()

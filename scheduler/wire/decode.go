@@ -56,6 +56,8 @@ func Decode(frame []byte) (Message, error) {
 		m = &Abandon{Blob: d.blob(), Chunks: d.ordinals("chunks")}
 	case TypeRoute:
 		m = &Route{Blob: d.blob(), Chunks: d.ordinals("chunks")}
+	case TypeRouteWait:
+		m = &RouteWait{Blob: d.blob(), Chunks: d.ordinals("chunks"), MaxWait: time.Duration(d.i64("max wait"))}
 	case TypeReport:
 		m = d.report()
 	case TypeUnregister:

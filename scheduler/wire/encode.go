@@ -88,6 +88,11 @@ func (m *Abandon) appendBody(b []byte) []byte  { return appendOrdinals(appendBlo
 func (m *Route) appendBody(b []byte) []byte    { return appendOrdinals(appendBlob(b, m.Blob), m.Chunks) }
 func (*Unregister) appendBody(b []byte) []byte { return b }
 
+func (m *RouteWait) appendBody(b []byte) []byte {
+	b = appendOrdinals(appendBlob(b, m.Blob), m.Chunks)
+	return binary.BigEndian.AppendUint64(b, nonNegative(int64(m.MaxWait)))
+}
+
 func (m *AnnounceFull) appendBody(b []byte) []byte {
 	b = appendBlob(b, m.Blob)
 	held := m.Held

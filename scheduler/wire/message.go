@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/protocol"
 
@@ -52,6 +53,7 @@ const (
 	TypeRoute        Type = 0x07
 	TypeReport       Type = 0x08
 	TypeUnregister   Type = 0x09
+	TypeRouteWait    Type = 0x0a
 
 	TypeOK     Type = 0x80
 	TypeAnswer Type = 0x81
@@ -78,6 +80,8 @@ func (t Type) String() string {
 		return "report"
 	case TypeUnregister:
 		return "unregister"
+	case TypeRouteWait:
+		return "route_wait"
 	case TypeOK:
 		return "ok"
 	case TypeAnswer:
@@ -139,6 +143,17 @@ type Abandon struct {
 type Route struct {
 	Blob   rafs.Digest
 	Chunks []uint32
+}
+
+// RouteWait is a Route that the scheduler may hold for up to MaxWait
+// when its whole answer would be to wait: until one of Chunks is
+// announced or its origin turn is given up, then it answers afresh. So
+// a waiting peer learns of a new holder as soon as there is one, instead
+// of at its next poll.
+type RouteWait struct {
+	Blob    rafs.Digest
+	Chunks  []uint32
+	MaxWait time.Duration
 }
 
 // Report is the sending peer's outcome of an assignment to About.
@@ -213,6 +228,7 @@ func (*AnnounceFull) Type() Type { return TypeAnnounceFull }
 func (*Drop) Type() Type         { return TypeDrop }
 func (*Abandon) Type() Type      { return TypeAbandon }
 func (*Route) Type() Type        { return TypeRoute }
+func (*RouteWait) Type() Type    { return TypeRouteWait }
 func (*Report) Type() Type       { return TypeReport }
 func (*Unregister) Type() Type   { return TypeUnregister }
 func (*OK) Type() Type           { return TypeOK }
