@@ -59,9 +59,11 @@ func TestOriginFetchersBounded(t *testing.T) {
 	}
 }
 
-// Once the fetcher announces the chunk, waiters are woken and pointed at it.
+// Once the fetcher announces the chunk, waiters are woken and pointed at
+// it (all of them: the relay tree, tested in tree_test.go, is kept out of
+// the way with a cap above their number).
 func TestOriginAnnounceDirectsWaiters(t *testing.T) {
-	s := newState(t, nil)
+	s := newState(t, func(c *Config) { c.TreeMaxChildren = 8 })
 	ids := requesters(t, s, 4)
 	for _, id := range ids {
 		mustParents(t, s, id, digest("b"), []uint32{1, 2}, t0)
