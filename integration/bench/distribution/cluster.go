@@ -136,6 +136,9 @@ func (c *cluster) startNode(cfg Config, name, dir, key, sched, originURL string,
 	// Without P2P eight or more nodes share the origin's link, so a
 	// chunk may wait long for its turn there.
 	dcfg.Node.FetchDeadline = 2 * time.Minute
+	if cfg.HedgeDelay != 0 {
+		dcfg.Node.HedgeDelay = max(cfg.HedgeDelay, 0)
+	}
 	dcfg.Labels = map[string]string{"host": name}
 	d, err := daemon.New(dcfg, log.With("daemon", name))
 	if err != nil {

@@ -43,6 +43,9 @@ type Config struct {
 	// tree_max_children and tree_starve_after.
 	MaxChildren int
 	StarveAfter time.Duration
+	// HedgeDelay, when not zero, replaces the peers' hedge_delay;
+	// negative turns hedging off.
+	HedgeDelay time.Duration
 	// RunTimeout bounds one run: setting up, pulling, tearing down.
 	RunTimeout time.Duration
 	// Out is the directory distribution.json and distribution.md are

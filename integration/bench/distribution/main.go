@@ -55,6 +55,7 @@ func main() {
 	flag.BoolVar(&cfg.Spread, "spread", cfg.Spread, "start node i's reading i/nodes of the way into the image (default: every node reads in the same order)")
 	flag.IntVar(&cfg.MaxChildren, "tree-max-children", 0, "the scheduler's tree_max_children (0: its default)")
 	flag.DurationVar(&cfg.StarveAfter, "tree-starve-after", 0, "the scheduler's tree_starve_after (0: its default)")
+	flag.DurationVar(&cfg.HedgeDelay, "hedge-delay", 0, "the peers' hedge_delay (0: their default; negative: no hedging)")
 	flag.DurationVar(&cfg.RunTimeout, "run-timeout", cfg.RunTimeout, "bound on one run")
 	flag.StringVar(&cfg.Out, "out", cfg.Out, "directory of distribution.json and distribution.md (and, with -results, of the other harnesses' reports)")
 	flag.StringVar(&cfg.Work, "work", "", "work directory (default: a new temporary one, removed at the end)")
@@ -146,7 +147,8 @@ func run(ctx context.Context, cfg Config, progress io.Writer) (_ *Scenario, err 
 		Key: scenarioKey(cfg), Nodes: cfg.Nodes, ImageMiB: cfg.ImageMiB, NodeMbit: cfg.NodeMbit, OriginMbit: cfg.originMbit(),
 		RTTms: float64(cfg.RTT) / float64(time.Millisecond), P2P: cfg.P2P, Spread: cfg.Spread, Readers: cfg.Readers, BatchChunks: cfg.BatchChunks,
 		MaxChildren: cfg.MaxChildren, StarveAfterMs: float64(cfg.StarveAfter) / float64(time.Millisecond),
-		ImageBytes: img.bytes, ChunkBytes: img.chunk, Measured: time.Now().UTC().Format(time.RFC3339), Machine: machine(),
+		HedgeDelayMs: float64(cfg.HedgeDelay) / float64(time.Millisecond),
+		ImageBytes:   img.bytes, ChunkBytes: img.chunk, Measured: time.Now().UTC().Format(time.RFC3339), Machine: machine(),
 		Command: command(cfg),
 		Bound:   floor(cfg.P2P, cfg.Nodes, img.bytes, img.chunk, bytesPerSec(cfg.NodeMbit), bytesPerSec(cfg.originMbit())),
 	}
@@ -195,6 +197,9 @@ func command(cfg Config) string {
 	}
 	if cfg.StarveAfter != 0 {
 		args = append(args, "-tree-starve-after "+cfg.StarveAfter.String())
+	}
+	if cfg.HedgeDelay != 0 {
+		args = append(args, "-hedge-delay="+cfg.HedgeDelay.String())
 	}
 	args = append(args, fmt.Sprintf("-p2p=%t -runs %d", cfg.P2P, cfg.Runs))
 	return strings.Join(args, " ")

@@ -29,12 +29,14 @@ type Scenario struct {
 	// The scheduler's tree settings, when not its defaults.
 	MaxChildren   int     `json:"tree_max_children,omitempty"`
 	StarveAfterMs float64 `json:"tree_starve_after_ms,omitempty"`
-	ImageBytes    int64   `json:"image_bytes"` // stored bytes of every blob
-	ChunkBytes    int64   `json:"chunk_bytes"`
-	Measured      string  `json:"measured"` // UTC, RFC 3339
-	Machine       string  `json:"machine"`
-	Command       string  `json:"command"`
-	Bound         Bound   `json:"bound"`
+	// The peers' hedge_delay when not their default (negative: off).
+	HedgeDelayMs float64 `json:"hedge_delay_ms,omitempty"`
+	ImageBytes   int64   `json:"image_bytes"` // stored bytes of every blob
+	ChunkBytes   int64   `json:"chunk_bytes"`
+	Measured     string  `json:"measured"` // UTC, RFC 3339
+	Machine      string  `json:"machine"`
+	Command      string  `json:"command"`
+	Bound        Bound   `json:"bound"`
 	// Medians over Runs.
 	OriginRatio float64     `json:"origin_ratio"`
 	P50         float64     `json:"p50_seconds"`
@@ -86,6 +88,9 @@ func scenarioKey(c Config) string {
 	}
 	if c.StarveAfter != 0 {
 		mode += " tree-starve-after=" + c.StarveAfter.String()
+	}
+	if c.HedgeDelay != 0 {
+		mode += " hedge-delay=" + c.HedgeDelay.String()
 	}
 	return fmt.Sprintf("%dx%dMiB node=%gMbit origin=%gMbit rtt=%s %s", c.Nodes, c.ImageMiB, c.NodeMbit, c.originMbit(), c.RTT, mode)
 }
