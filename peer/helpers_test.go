@@ -119,6 +119,7 @@ type origin struct {
 	code  atomic.Int32 // status while down; 503 unless set
 	bytes atomic.Int64
 	reqs  atomic.Int64
+	delay atomic.Int64 // before answering, in ns
 }
 
 func newOrigin(t testing.TB, dir string) *origin {
@@ -130,6 +131,9 @@ func newOrigin(t testing.TB, dir string) *origin {
 
 func (o *origin) serve(w http.ResponseWriter, r *http.Request) {
 	o.reqs.Add(1)
+	if d := time.Duration(o.delay.Load()); d > 0 {
+		time.Sleep(d)
+	}
 	if o.down.Load() {
 		code := int(o.code.Load())
 		if code == 0 {
@@ -293,6 +297,7 @@ type node struct {
 	cache  *cache.Cache
 	srv    *exchange.Server
 	router *router
+	wrap   func(*router) Router
 	*Node
 	stop func() // stops Run and closes the Node
 }
@@ -308,6 +313,8 @@ type nodeOpts struct {
 	store func(*cache.Cache) exchange.Store
 	// server edits the exchange server's configuration.
 	server func(*exchange.ServerConfig)
+	// router wraps the node's test router (nil: the router itself).
+	router func(*router) Router
 }
 
 func newScheduler(t testing.TB) *scheduler.State {
@@ -368,7 +375,7 @@ func newNode(t testing.TB, keyFile string, st *scheduler.State, o nodeOpts) *nod
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	n := &node{h: h, cache: c, srv: srv, router: newRouter(t, st, h)}
+	n := &node{h: h, cache: c, srv: srv, router: newRouter(t, st, h), wrap: o.router}
 	n.start(t, o.cfg)
 	return n
 }
@@ -380,7 +387,11 @@ func (n *node) start(t testing.TB, edit func(*NodeConfig)) {
 	if edit != nil {
 		edit(&cfg)
 	}
-	nd, err := NewNode(cfg, n.h, n.cache, n.router, httpOrigin{}, testLog())
+	var r Router = n.router
+	if n.wrap != nil {
+		r = n.wrap(n.router)
+	}
+	nd, err := NewNode(cfg, n.h, n.cache, r, httpOrigin{}, testLog())
 	if err != nil {
 		t.Fatal(err)
 	}
