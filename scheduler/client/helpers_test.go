@@ -22,11 +22,18 @@ type testScheduler struct {
 	srv      *server.Server
 	cancel   context.CancelFunc
 	done     chan error
+	edit     func(*server.Config) // changes the default config, if set
 }
 
 func startScheduler(t *testing.T) *testScheduler {
 	t.Helper()
-	ts := &testScheduler{t: t, identity: filepath.Join(t.TempDir(), "identity.key"), listen: "/ip4/127.0.0.1/tcp/0"}
+	return startSchedulerWith(t, nil)
+}
+
+// startSchedulerWith is startScheduler with its config changed by edit.
+func startSchedulerWith(t *testing.T, edit func(*server.Config)) *testScheduler {
+	t.Helper()
+	ts := &testScheduler{t: t, identity: filepath.Join(t.TempDir(), "identity.key"), listen: "/ip4/127.0.0.1/tcp/0", edit: edit}
 	ts.start()
 	// Restarts reuse the port the first start got.
 	ts.listen = ts.srv.AddrInfo().Addrs[0].String()
@@ -41,6 +48,9 @@ func (ts *testScheduler) start() {
 	cfg.Admin.Listen = "127.0.0.1:0"
 	cfg.State.PeerTTL = time.Second
 	cfg.ExpireInterval = 50 * time.Millisecond
+	if ts.edit != nil {
+		ts.edit(&cfg)
+	}
 	s, err := server.New(cfg, nil)
 	if err != nil {
 		ts.t.Fatal(err)

@@ -1,0 +1,104 @@
+package client
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+
+	"damselfly/scheduler"
+	"damselfly/scheduler/server"
+	"damselfly/scheduler/wire"
+)
+
+// TestRouteWait: a route that would only wait is answered when the
+// chunk's origin fetcher announces it.
+func TestRouteWait(t *testing.T) {
+	t.Parallel()
+	s := startSchedulerWith(t, func(c *server.Config) {
+		c.State.WaitRetry = 8 * time.Second
+		c.StreamTimeout = 20 * time.Second
+	})
+	ha, hb := newPeer(t), newPeer(t)
+	a := startClient(t, ha, testClientConfig(s))
+	b := startClient(t, hb, testClientConfig(s))
+	eventually(t, "a's origin turn for chunk 4", func() bool {
+		rt, err := a.Route(t.Context(), blob1, []uint32{4})
+		return err == nil && len(rt.Origin) == 1
+	})
+	eventually(t, "b to be a member", func() bool {
+		return len(s.srv.State().Peers(time.Now())) == 2
+	})
+	var announced atomic.Int64 // Unix ns
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		announced.Store(time.Now().UnixNano())
+		a.Announce(blob1, []uint32{4})
+	}()
+	r, err := b.RouteWait(t.Context(), blob1, []uint32{4}, 8*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Parents) != 1 || r.Parents[0].Info.ID != ha.ID() {
+		t.Fatalf("b's held route: got %+v, want a as the parent", r)
+	}
+	after := time.Since(time.Unix(0, announced.Load()))
+	if after > 4*time.Second {
+		t.Errorf("b's held route was answered %v after a announced, want well before the scheduler's 8 s retry", after)
+	}
+	t.Logf("held route answered %v after the announcement", after.Round(time.Millisecond))
+}
+
+// TestRouteWaitOldScheduler: a scheduler that does not know RouteWait (it
+// answers "unknown message type", as a decoder without it does) is asked
+// once; after that the client waits and routes on its own.
+func TestRouteWaitOldScheduler(t *testing.T) {
+	t.Parallel()
+	h := newPeer(t)
+	var routes, routeWaits atomic.Int64
+	h.SetStreamHandler(wire.ProtocolID, func(st network.Stream) {
+		defer st.Close()
+		req, err := wire.ReadFrame(st)
+		if err != nil {
+			_ = st.Reset()
+			return
+		}
+		var resp wire.Message = &wire.OK{}
+		switch m := req.(type) {
+		case *wire.RouteWait:
+			routeWaits.Add(1)
+			resp = &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("%v: unknown message type %#x", wire.ErrMalformed, uint8(m.Type()))}
+		case *wire.Route:
+			routes.Add(1)
+			resp = &wire.Answer{Answer: scheduler.Answer{Wait: []scheduler.Wait{{Chunks: m.Chunks, RetryAfter: time.Second}}}}
+		}
+		_ = wire.WriteFrame(st, resp)
+	})
+	cfg := Default()
+	cfg.Schedulers = []string{fmt.Sprintf("%s/p2p/%s", h.Addrs()[0], h.ID())}
+	cfg.HeartbeatInterval = 100 * time.Millisecond
+	cfg.RouteTimeout = time.Second
+	cfg.RequestTimeout = time.Second
+	c := startClient(t, newPeer(t), cfg)
+	for i := range 3 {
+		start := time.Now()
+		r, err := c.RouteWait(t.Context(), blob1, []uint32{7}, 200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Wait) != 1 {
+			t.Fatalf("route %d: got %+v, want a wait", i, r)
+		}
+		if i > 0 && time.Since(start) < 200*time.Millisecond {
+			t.Errorf("route %d came back after %v, want it to wait the 200 ms itself", i, time.Since(start))
+		}
+	}
+	if got := routeWaits.Load(); got != 1 {
+		t.Errorf("scheduler got %d RouteWait requests, want 1", got)
+	}
+	if got := routes.Load(); got != 3 {
+		t.Errorf("scheduler got %d Route requests, want 3", got)
+	}
+}
