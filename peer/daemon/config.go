@@ -62,8 +62,11 @@ type HostConfig struct {
 	ClusterKeyFile string `mapstructure:"cluster_key_file"`
 	// InsecureOpenCluster lets any peer connect. For labs only.
 	InsecureOpenCluster bool `mapstructure:"insecure_open_cluster"`
-	// Security is "noise" (default) or "tls".
-	Security        string        `mapstructure:"security"`
+	// Security is "tls" (default) or "noise".
+	Security string `mapstructure:"security"`
+	// ClusterAuth is "proof" (default) or "pnet": how peers without the
+	// cluster key are kept out (peer/host.Config.ClusterAuth).
+	ClusterAuth     string        `mapstructure:"cluster_auth"`
 	MaxConns        int           `mapstructure:"max_conns"`
 	MaxConnsPerPeer int           `mapstructure:"max_conns_per_peer"`
 	DialTimeout     time.Duration `mapstructure:"dial_timeout"`
@@ -122,6 +125,7 @@ func (c Config) host() dhost.Config {
 		ClusterKeyFile:      c.Host.ClusterKeyFile,
 		InsecureOpenCluster: c.Host.InsecureOpenCluster,
 		Security:            c.Host.Security,
+		ClusterAuth:         c.Host.ClusterAuth,
 		MaxConns:            c.Host.MaxConns,
 		MaxConnsPerPeer:     c.Host.MaxConnsPerPeer,
 		DialTimeout:         c.Host.DialTimeout,

@@ -14,18 +14,22 @@ const sinkProto = "/damselfly/test-sink/1.0.0"
 
 // BenchmarkStreamThroughput measures one stream's throughput between two
 // hosts on loopback, for each way of securing a connection: the cluster
-// key as a private network under Noise (the default) or TLS, and TLS or
-// Noise without a cluster key. Report MB/s.
+// key proven after TLS (the default) or Noise, the cluster key as a
+// private network under Noise or TLS, and TLS or Noise without a cluster
+// key. Report MB/s.
 func BenchmarkStreamThroughput(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		security string
 		keyed    bool
+		auth     string
 	}{
-		{"psk+noise", SecurityNoise, true},
-		{"psk+tls", SecurityTLS, true},
-		{"tls", SecurityTLS, false},
-		{"noise", SecurityNoise, false},
+		{"proof+tls", SecurityTLS, true, ClusterAuthProof},
+		{"proof+noise", SecurityNoise, true, ClusterAuthProof},
+		{"psk+noise", SecurityNoise, true, ClusterAuthPrivateNetwork},
+		{"psk+tls", SecurityTLS, true, ClusterAuthPrivateNetwork},
+		{"tls", SecurityTLS, false, ""},
+		{"noise", SecurityNoise, false, ""},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			dir := b.TempDir()
@@ -35,6 +39,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 			}
 			ca, cb := testConfig(filepath.Join(dir, "a"), key), testConfig(filepath.Join(dir, "b"), key)
 			ca.Security, cb.Security = bc.security, bc.security
+			ca.ClusterAuth, cb.ClusterAuth = bc.auth, bc.auth
 			a, c := startHost(b, ca), startHost(b, cb)
 			a.SetStreamHandler(sinkProto, func(s network.Stream) {
 				io.Copy(io.Discard, s)

@@ -23,6 +23,19 @@ const (
 	SecurityTLS   = "tls"
 )
 
+// How a keyed host keeps peers without the cluster key out, for
+// Config.ClusterAuth.
+const (
+	// ClusterAuthProof: after the security handshake each side proves it
+	// holds the key in a MAC bound to both peer IDs (proof.go). Traffic
+	// is encrypted once, by TLS or Noise.
+	ClusterAuthProof = "proof"
+	// ClusterAuthPrivateNetwork: libp2p's private network, a stream
+	// cipher keyed by the cluster key under the security protocol, so
+	// traffic is encrypted twice.
+	ClusterAuthPrivateNetwork = "pnet"
+)
+
 // Config configures a host. The zero value of each optional field means
 // its default; Default fills the required ones for production.
 type Config struct {
@@ -44,9 +57,13 @@ type Config struct {
 	// InsecureOpenCluster lets any peer connect: no cluster key. For labs
 	// only; it may not be combined with ClusterKeyFile.
 	InsecureOpenCluster bool
-	// Security is the connection security protocol: SecurityNoise (the
-	// default) or SecurityTLS. Both ends of a connection must agree.
+	// Security is the connection security protocol: SecurityTLS (the
+	// default) or SecurityNoise. Both ends of a connection must agree.
 	Security string
+	// ClusterAuth is how a keyed host keeps outsiders out:
+	// ClusterAuthProof (the default) or ClusterAuthPrivateNetwork. Both
+	// ends of a connection must agree. Ignored with InsecureOpenCluster.
+	ClusterAuth string
 	// MaxConns caps connections (inbound plus outbound); 0 means
 	// DefaultMaxConns. Idle connections are trimmed from 9/10 of it.
 	MaxConns int
@@ -73,7 +90,10 @@ func Default(dir string) Config {
 
 func (c Config) withDefaults() Config {
 	if c.Security == "" {
-		c.Security = SecurityNoise
+		c.Security = SecurityTLS
+	}
+	if c.ClusterAuth == "" {
+		c.ClusterAuth = ClusterAuthProof
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = DefaultMaxConns
@@ -115,7 +135,10 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("InsecureOpenCluster: set together with ClusterKeyFile; choose one"))
 	}
 	if d.Security != SecurityNoise && d.Security != SecurityTLS {
-		errs = append(errs, fmt.Errorf("Security: %q is not %q or %q", c.Security, SecurityNoise, SecurityTLS))
+		errs = append(errs, fmt.Errorf("Security: %q is not %q or %q", c.Security, SecurityTLS, SecurityNoise))
+	}
+	if d.ClusterAuth != ClusterAuthProof && d.ClusterAuth != ClusterAuthPrivateNetwork {
+		errs = append(errs, fmt.Errorf("ClusterAuth: %q is not %q or %q", c.ClusterAuth, ClusterAuthProof, ClusterAuthPrivateNetwork))
 	}
 	if c.MaxConns < 0 {
 		errs = append(errs, fmt.Errorf("MaxConns: %d is negative", c.MaxConns))

@@ -58,15 +58,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Host, error) {
 		libp2p.WithDialTimeout(cfg.DialTimeout),
 		libp2p.DisableRelay(),
 	}
-	switch cfg.Security {
-	case SecurityTLS:
-		opts = append(opts, libp2p.Security(libp2ptls.ID, libp2ptls.New))
-	default:
-		opts = append(opts, libp2p.Security(noise.ID, noise.New))
+	plainSecurity := func() libp2p.Option {
+		if cfg.Security == SecurityNoise {
+			return libp2p.Security(noise.ID, noise.New)
+		}
+		return libp2p.Security(libp2ptls.ID, libp2ptls.New)
 	}
 	if cfg.InsecureOpenCluster {
 		log.Warn("host: insecure open cluster: any peer that reaches the port may connect")
-		opts = append(opts, libp2p.Transport(tcp.NewTCPTransport, tcp.DisableReuseport()))
+		opts = append(opts, plainSecurity(), libp2p.Transport(tcp.NewTCPTransport, tcp.DisableReuseport()))
 	} else {
 		psk, err := loadClusterKey(cfg.ClusterKeyFile)
 		if err != nil {
@@ -76,7 +76,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Host, error) {
 		newTCP := func(up transport.Upgrader, rm network.ResourceManager) (*tcp.TcpTransport, error) {
 			return tcp.NewTCPTransport(&knockUpgrader{Upgrader: up, key: key, timeout: cfg.DialTimeout, log: log}, rm, nil, tcp.DisableReuseport())
 		}
-		opts = append(opts, libp2p.PrivateNetwork(psk), libp2p.Transport(newTCP))
+		opts = append(opts, libp2p.Transport(newTCP))
+		if cfg.ClusterAuth == ClusterAuthPrivateNetwork {
+			opts = append(opts, plainSecurity(), libp2p.PrivateNetwork(psk))
+		} else {
+			opts = append(opts, libp2p.Security(proofSecurity(cfg.Security, psk, cfg.DialTimeout)))
+		}
 	}
 	if len(cfg.AnnounceAddrs) > 0 {
 		announce := make([]ma.Multiaddr, len(cfg.AnnounceAddrs))
@@ -107,7 +112,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Host, error) {
 			return nil, fmt.Errorf("ListenAddrs[%d]: %w", i, err)
 		}
 	}
-	log.Info("host: started", "peer", h.ID(), "addrs", h.Addrs(), "open_cluster", cfg.InsecureOpenCluster, "security", cfg.Security)
+	log.Info("host: started", "peer", h.ID(), "addrs", h.Addrs(), "open_cluster", cfg.InsecureOpenCluster, "security", cfg.Security, "cluster_auth", cfg.ClusterAuth)
 	return &Host{Host: h, log: log}, nil
 }
 

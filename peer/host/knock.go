@@ -27,10 +27,11 @@ import (
 // come, so a dial to or from an outsider hangs until its timeout. The knock
 // turns that into an immediate, named failure ("does not hold this
 // cluster's key") in both directions, for a peer with another key, with no
-// key, or speaking something else. It adds one round trip to a new
-// connection and nothing after. It is no substitute for the private
-// network: a relay in the middle could pass it on; the encryption keyed by
-// the cluster key that follows it is what such a relay cannot pass.
+// key, or speaking something else, and it does so before the security
+// handshake's public-key work. It adds one round trip to a new connection
+// and nothing after. It is no substitute for the cluster proof (proof.go)
+// or the private network: a relay in the middle could pass it on; what
+// follows it is what such a relay cannot pass.
 //
 // Each side sends, without waiting:
 //

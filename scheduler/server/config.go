@@ -38,6 +38,7 @@ type HostConfig struct {
 	ClusterKeyFile      string   `mapstructure:"cluster_key_file" yaml:"cluster_key_file"`
 	InsecureOpenCluster bool     `mapstructure:"insecure_open_cluster" yaml:"insecure_open_cluster"`
 	Security            string   `mapstructure:"security" yaml:"security"`
+	ClusterAuth         string   `mapstructure:"cluster_auth" yaml:"cluster_auth"`
 }
 
 // AdminConfig is the admin HTTP API's part of Config.
@@ -120,6 +121,7 @@ func (c HostConfig) HostConfig() host.Config {
 		ClusterKeyFile:      c.ClusterKeyFile,
 		InsecureOpenCluster: c.InsecureOpenCluster,
 		Security:            c.Security,
+		ClusterAuth:         c.ClusterAuth,
 	}
 }
 
