@@ -17,6 +17,7 @@ func TestValidate(t *testing.T) {
 		{"default", func(c *Config) { *c = Default("/var/lib/damselfly") }, nil},
 		{"open cluster", func(c *Config) { c.ClusterKeyFile = ""; c.InsecureOpenCluster = true }, nil},
 		{"tls", func(c *Config) { c.Security = SecurityTLS }, nil},
+		{"noise over a private network", func(c *Config) { c.Security, c.ClusterAuth = SecurityNoise, ClusterAuthPrivateNetwork }, nil},
 		{"ipv6 and dns", func(c *Config) { c.ListenAddrs = []string{"/ip6/::/tcp/7946", "/dns4/node-1/tcp/7946"} }, nil},
 		{"announce", func(c *Config) { c.AnnounceAddrs = []string{"/ip4/10.0.0.1/tcp/30000"} }, nil},
 		{"everything wrong", func(c *Config) {
@@ -24,6 +25,7 @@ func TestValidate(t *testing.T) {
 				ListenAddrs:     []string{"/ip4/0.0.0.0/udp/1/quic-v1", "nonsense", "/tcp/1"},
 				AnnounceAddrs:   []string{"/ip4/999.0.0.1/tcp/1"},
 				Security:        "ssl",
+				ClusterAuth:     "psk",
 				MaxConns:        -1,
 				MaxConnsPerPeer: -2,
 				DialTimeout:     -1,
@@ -36,6 +38,7 @@ func TestValidate(t *testing.T) {
 			"AnnounceAddrs[0]:",
 			"ClusterKeyFile: must be set",
 			`Security: "ssl"`,
+			`ClusterAuth: "psk"`,
 			"MaxConns: -1",
 			"MaxConnsPerPeer: -2",
 			"DialTimeout: -1ns",
