@@ -72,9 +72,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Host, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ClusterKeyFile: %w", err)
 		}
-		key := deriveKnockKey(psk)
+		other := ClusterAuthPrivateNetwork
+		if cfg.ClusterAuth == ClusterAuthPrivateNetwork {
+			other = ClusterAuthProof
+		}
+		key, alt := deriveKnockKeyFor(psk, cfg.ClusterAuth), deriveKnockKeyFor(psk, other)
 		newTCP := func(up transport.Upgrader, rm network.ResourceManager) (*tcp.TcpTransport, error) {
-			return tcp.NewTCPTransport(&knockUpgrader{Upgrader: up, key: key, timeout: cfg.DialTimeout, log: log}, rm, nil, tcp.DisableReuseport())
+			ku := &knockUpgrader{Upgrader: up, key: key, alt: alt, altAuth: other, timeout: cfg.DialTimeout, log: log}
+			return tcp.NewTCPTransport(ku, rm, nil, tcp.DisableReuseport())
 		}
 		opts = append(opts, libp2p.Transport(newTCP))
 		if cfg.ClusterAuth == ClusterAuthPrivateNetwork {

@@ -61,8 +61,21 @@ var ErrClusterKey = errors.New("the remote end does not hold this cluster's key"
 type knockKey [sha256.Size]byte
 
 func deriveKnockKey(psk []byte) *knockKey {
+	return deriveKnockKeyFor(psk, ClusterAuthPrivateNetwork)
+}
+
+// deriveKnockKeyFor is the knock key of a host whose ClusterAuth is auth.
+// The two modes knock with different keys, so that a host of one meets a
+// host of the other with a named refusal in the knock, not a connection
+// whose next layer waits for bytes that never make sense (a private
+// network's cipher text, read as a security negotiation, can leave a
+// dial hanging until its timeout).
+func deriveKnockKeyFor(psk []byte, auth string) *knockKey {
 	m := hmac.New(sha256.New, psk)
 	m.Write([]byte(knockLabel))
+	if auth == ClusterAuthProof {
+		m.Write([]byte(" proof"))
+	}
 	var k knockKey
 	copy(k[:], m.Sum(nil))
 	return &k
@@ -78,6 +91,13 @@ func (k *knockKey) proof(role string, own, other []byte) []byte {
 
 // knock runs the handshake on c as the dialer or the listener.
 func knock(c io.ReadWriter, k *knockKey, dialer bool) error {
+	return knockAlt(c, k, nil, "", dialer)
+}
+
+// knockAlt is knock that, when the other side's proof does not verify
+// with k but does with alt (the key of the other ClusterAuth, named
+// altAuth), says so.
+func knockAlt(c io.ReadWriter, k, alt *knockKey, altAuth string, dialer bool) error {
 	var out, in [len(knockMagic) + knockNonceLen]byte
 	copy(out[:], knockMagic)
 	if _, err := rand.Read(out[len(knockMagic):]); err != nil {
@@ -117,6 +137,9 @@ func knock(c io.ReadWriter, k *knockKey, dialer bool) error {
 		return err
 	}
 	if !hmac.Equal(got[:], k.proof(them, other, own)) {
+		if alt != nil && hmac.Equal(got[:], alt.proof(them, other, own)) {
+			return fmt.Errorf("%w: it holds the key but uses cluster_auth %q, unlike this host", ErrClusterKey, altAuth)
+		}
 		return fmt.Errorf("%w: its proof of the key does not verify", ErrClusterKey)
 	}
 	return nil
@@ -127,6 +150,8 @@ func knock(c io.ReadWriter, k *knockKey, dialer bool) error {
 type knockUpgrader struct {
 	transport.Upgrader
 	key     *knockKey
+	alt     *knockKey // the other ClusterAuth's knock key, to name a mismatch
+	altAuth string
 	timeout time.Duration
 	log     *slog.Logger
 	lastLog atomic.Int64 // unix nanos of the last refusal logged, to rate-limit
@@ -210,7 +235,7 @@ func (c *knockConn) ensure() error {
 	rd, wd := earliest(c.rd, limit), earliest(c.wd, limit)
 	_ = c.Conn.SetReadDeadline(rd)
 	_ = c.Conn.SetWriteDeadline(wd)
-	err := knock(c.Conn, c.u.key, c.dialer)
+	err := knockAlt(c.Conn, c.u.key, c.u.alt, c.u.altAuth, c.dialer)
 	if err != nil {
 		c.err = fmt.Errorf("cluster handshake with %s: %w", c.RemoteMultiaddr(), err)
 		c.u.refused(c, err)
