@@ -148,12 +148,21 @@ func TestRouteWaitFreesStreamSlot(t *testing.T) {
 	wantOK(t, request(t, a, s, &wire.Register{}))
 	wantOK(t, request(t, b, s, &wire.Register{}))
 	request(t, a, s, &wire.Route{Blob: blobA, Chunks: []uint32{1}})
+	// The server releases a stream's slot just after it answers: wait for
+	// b's Register to be released, or its next stream could be refused.
+	released := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.perPeer[b.ID()] == 0
+	}
+	eventually(t, "b's register stream to be released", released)
 	held := startRouteWait(t, b, s, &wire.RouteWait{Blob: blobA, Chunks: []uint32{1}, MaxWait: 8 * time.Second})
 	eventually(t, "b's route to be held", func() bool {
 		s.watches.mu.Lock()
 		defer s.watches.mu.Unlock()
 		return s.watches.n == 1
 	})
+	eventually(t, "the held route to give back its slot", released)
 	wantOK(t, request(t, b, s, &wire.Heartbeat{}))
 	wantOK(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{1}}))
 	if r := <-held; r.err != nil || len(r.ans.Parents) != 1 {
