@@ -10,6 +10,12 @@ type scratch struct {
 	cands  []cand
 	masks  []uint64 // coverage of cands[i] is masks[i*W:(i+1)*W], W = len(rem)
 	chosen []*peer  // the peers of Answer.Parents, in order
+	// For treeWait: chunks full candidates hold, in request space; those
+	// chunks, and whether each has a future holder; future holders.
+	contested []uint64
+	spots     []uint32
+	future    []bool
+	fetchers  []*peer
 	// anyFull is whether some candidate is full (tree.go).
 	anyFull bool
 }

@@ -138,9 +138,9 @@ type blobState struct {
 	holders []holder
 	slab    slab // the holders' bitsets
 	origin  map[uint32]*originFetch
-	// leased are the outstanding assignments of the blob's chunks, by
-	// lease number: their requesters are the chunks' future holders.
-	leased map[uint64]leaseRef
+	// leased are the outstanding assignments of the blob's chunks:
+	// their requesters are the chunks' future holders.
+	leased leaseIndex
 }
 
 // holder is one peer's holding of one blob; its bitset is the row
@@ -214,7 +214,7 @@ func (s *State) blob(d rafs.Digest, create bool) *blobState {
 
 // forgetIfEmpty drops b once nothing refers to it.
 func (s *State) forgetIfEmpty(b *blobState) {
-	if len(b.holders) == 0 && len(b.origin) == 0 && len(b.leased) == 0 {
+	if len(b.holders) == 0 && len(b.origin) == 0 && b.leased.len() == 0 {
 		delete(s.blobs, b.digest)
 	}
 }

@@ -61,10 +61,14 @@ func (s *State) full(pending int32) bool { return pending >= int32(s.cfg.TreeMax
 // future holders it follows may hold the next chunks. So a requester
 // trails its future holders chunk by chunk, a relay pipeline.
 func (s *State) treeWait(sc *scratch, b *blobState, r *peer, q *request, now time.Time) Wait {
+	if b.leased.len() == 0 {
+		return Wait{}
+	}
 	w := len(q.rem)
-	// Chunks left that a full candidate holds.
-	contested := make([]uint64, w)
-	some := false
+	// Chunks left that a full candidate holds, ascending (request space
+	// keeps the order).
+	contested := append(sc.contested[:0], make([]uint64, w)...)
+	sc.contested = contested
 	for i := range sc.cands {
 		if !sc.cands[i].full {
 			continue
@@ -72,66 +76,78 @@ func (s *State) treeWait(sc *scratch, b *blobState, r *peer, q *request, now tim
 		m := sc.masks[i*w : (i+1)*w]
 		for j := range contested {
 			contested[j] |= m[j] & q.rem[j]
-			some = some || contested[j] != 0
 		}
 	}
-	if !some || len(b.leased) == 0 {
-		return Wait{}
-	}
-	type spot struct {
-		word, bit int
-		chunk     uint32
-	}
-	var spots []spot
+	spots := sc.spots[:0]
 	for i, x := range contested {
 		for x != 0 {
-			bit := bits.TrailingZeros64(x)
+			spots = append(spots, q.at(i, bits.TrailingZeros64(x)))
 			x &= x - 1
-			spots = append(spots, spot{i, bit, q.at(i, bit)})
 		}
 	}
-	// Spots are in ascending chunk order (request space keeps it), so a
-	// lease's range is a binary search away.
-	future := make([]bool, len(spots))
-	var fetchers []string
-	oldest := now.UnixNano() - s.cfg.PeerTTL.Nanoseconds()
-	avoid := r.rep != nil && len(r.rep.avoid) > 0
-	for _, l := range b.leased {
-		p := l.req
-		if p == r || p.gone || !now.Before(l.expires) || s.hot[p.slot].seen < oldest || s.banned(p, now) || (avoid && r.rep.avoids(p.id, now)) {
-			continue
-		}
-		k, _ := slices.BinarySearchFunc(spots, l.lo, func(sp spot, c uint32) int { return cmpU32(sp.chunk, c) })
-		hit := false
-		for ; k < len(spots) && spots[k].chunk <= l.hi; k++ {
-			future[k], hit = true, true
-		}
-		if hit && len(fetchers) < maxTreeFetchers && !slices.Contains(fetchers, p.id) {
-			fetchers = append(fetchers, p.id)
-		}
+	sc.spots = spots
+	if len(spots) == 0 {
+		return Wait{}
 	}
 	nowNs := now.UnixNano()
-	for k, sp := range spots {
-		if !future[k] {
-			return Wait{} // no future holder: served over the cap
-		}
-		since, ok := r.waits[waitKey{b.digest, sp.chunk}]
-		if ok && nowNs-since >= s.cfg.TreeStarveAfter.Nanoseconds() {
-			return Wait{} // waited long enough: served over the cap
-		}
-		if !ok && len(r.waits) >= maxWaitsPerPeer {
-			return Wait{} // cannot remember the wait: do not make it
+	if len(r.waits) > 0 {
+		for _, c := range spots {
+			since, ok := r.waits[waitKey{b.digest, c}]
+			if ok && nowNs-since >= s.cfg.TreeStarveAfter.Nanoseconds() {
+				return Wait{} // waited long enough: served over the cap
+			}
+			if !ok && len(r.waits) >= maxWaitsPerPeer {
+				return Wait{} // cannot remember the wait: do not make it
+			}
 		}
 	}
-	var wt Wait
-	for _, sp := range spots {
-		q.rem[sp.word] &^= 1 << sp.bit
-		q.left--
-		wt.Chunks = append(wt.Chunks, sp.chunk)
+	// Every spot needs an eligible future holder; name the first
+	// maxTreeFetchers found.
+	future := append(sc.future[:0], make([]bool, len(spots))...)
+	sc.future = future
+	fetchers := sc.fetchers[:0]
+	covered := 0
+	first, last := spots[0], spots[len(spots)-1]
+	oldest := nowNs - s.cfg.PeerTTL.Nanoseconds()
+	avoid := r.rep != nil && len(r.rep.avoid) > 0
+	b.leased.near(spots, func(l *leaseRef) bool {
+		if l.hi < first || l.lo > last {
+			return true
+		}
+		p := l.req
+		if p == r || p.gone || !now.Before(l.expires) || s.hot[p.slot].seen < oldest || s.banned(p, now) || (avoid && r.rep.avoids(p.id, now)) {
+			return true
+		}
+		k, _ := slices.BinarySearch(spots, l.lo)
+		hit := false
+		for ; k < len(spots) && spots[k] <= l.hi; k++ {
+			hit = true
+			if !future[k] {
+				future[k] = true
+				covered++
+			}
+		}
+		if hit && len(fetchers) < maxTreeFetchers && !slices.Contains(fetchers, p) {
+			fetchers = append(fetchers, p)
+		}
+		return covered < len(spots) || len(fetchers) < maxTreeFetchers
+	})
+	defer func() {
+		clear(fetchers) // keep no peer alive in the pool
+		sc.fetchers = fetchers[:0]
+	}()
+	if covered < len(spots) {
+		return Wait{} // no future holder: served over the cap
 	}
-	slices.Sort(fetchers)
-	wt.Fetchers = fetchers
-	wt.RetryAfter = min(treeRetry, s.cfg.WaitRetry)
+	wt := Wait{Chunks: slices.Clone(spots), Fetchers: make([]string, len(fetchers)), RetryAfter: min(treeRetry, s.cfg.WaitRetry)}
+	for i, p := range fetchers {
+		wt.Fetchers[i] = p.id
+	}
+	slices.Sort(wt.Fetchers)
+	for i, x := range contested {
+		q.rem[i] &^= x
+	}
+	q.left -= len(spots)
 	return wt
 }
 
@@ -173,14 +189,4 @@ func (s *State) noteWaits(r *peer, blob rafs.Digest, ans *Answer, tw []uint32, n
 			r.waits[k] = nowNs
 		}
 	}
-}
-
-func cmpU32(a, b uint32) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
