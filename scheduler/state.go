@@ -64,9 +64,11 @@ type peer struct {
 
 	holdings     map[*blobState]int32 // blob -> index in blob.holders
 	holdingBytes int64
-	fetching     int               // origin fetch turns held
-	leases       []lease           // as requester, oldest first
-	waits        map[waitKey]int64 // as requester: first tree wait, Unix ns (tree.go)
+	fetching     int                         // origin fetch turns held
+	leases       []lease                     // as requester, oldest first
+	waits        map[rafs.Digest][]chunkWait // as requester: first tree waits (waits.go)
+	nwaits       int                         // in waits
+	waitsFrom    int64                       // no wait in waits began before, Unix ns
 	rep          *reporter
 	refuted      map[rafs.Digest]*refutation // as parent: chunks found missing (refute.go)
 	gone         bool

@@ -4,8 +4,6 @@ import (
 	"math/bits"
 	"slices"
 	"time"
-
-	"damselfly/rafs"
 )
 
 // Relay trees. When many peers want the same chunk at once, its first
@@ -37,12 +35,6 @@ const (
 	// maxTreeFetchers bounds the future holders named in a Wait.
 	maxTreeFetchers = 8
 )
-
-// waitKey names a chunk a requester was told to wait for.
-type waitKey struct {
-	blob  rafs.Digest
-	chunk uint32
-}
 
 // full reports whether a parent with pending outstanding assignments
 // takes no more while a future holder can serve instead.
@@ -90,13 +82,17 @@ func (s *State) treeWait(sc *scratch, b *blobState, r *peer, q *request, now tim
 		return Wait{}
 	}
 	nowNs := now.UnixNano()
-	if len(r.waits) > 0 {
+	if ws := r.waits[b.digest]; len(ws) > 0 || r.nwaits >= maxWaitsPerPeer {
+		j := 0
 		for _, c := range spots {
-			since, ok := r.waits[waitKey{b.digest, c}]
-			if ok && nowNs-since >= s.cfg.TreeStarveAfter.Nanoseconds() {
+			for j < len(ws) && ws[j].chunk < c {
+				j++
+			}
+			ok := j < len(ws) && ws[j].chunk == c
+			if ok && nowNs-ws[j].since >= s.cfg.TreeStarveAfter.Nanoseconds() {
 				return Wait{} // waited long enough: served over the cap
 			}
-			if !ok && len(r.waits) >= maxWaitsPerPeer {
+			if !ok && r.nwaits >= maxWaitsPerPeer {
 				return Wait{} // cannot remember the wait: do not make it
 			}
 		}
@@ -149,44 +145,4 @@ func (s *State) treeWait(sc *scratch, b *blobState, r *peer, q *request, now tim
 	}
 	q.left -= len(spots)
 	return wt
-}
-
-// noteWaits records, under the write lock, when r started waiting for
-// the chunks of blob in tw, and forgets the waits for chunks r was given
-// a parent or an origin turn for.
-func (s *State) noteWaits(r *peer, blob rafs.Digest, ans *Answer, tw []uint32, now time.Time) {
-	if len(r.waits) > 0 {
-		for _, p := range ans.Parents {
-			for _, c := range p.Chunks {
-				delete(r.waits, waitKey{blob, c})
-			}
-		}
-		for _, c := range ans.Origin {
-			delete(r.waits, waitKey{blob, c})
-		}
-	}
-	if len(tw) == 0 {
-		if len(r.waits) == 0 {
-			r.waits = nil
-		}
-		return
-	}
-	nowNs := now.UnixNano()
-	if r.waits == nil {
-		r.waits = map[waitKey]int64{}
-	}
-	if len(r.waits)+len(tw) > maxWaitsPerPeer {
-		// Forget waits long past: their chunks were surely served.
-		for k, t := range r.waits {
-			if nowNs-t > 4*s.cfg.TreeStarveAfter.Nanoseconds() {
-				delete(r.waits, k)
-			}
-		}
-	}
-	for _, c := range tw {
-		k := waitKey{blob, c}
-		if _, ok := r.waits[k]; !ok && len(r.waits) < maxWaitsPerPeer {
-			r.waits[k] = nowNs
-		}
-	}
 }
