@@ -92,6 +92,7 @@ func (s *State) Parents(requester string, blob rafs.Digest, chunks []uint32, now
 		return Answer{}, fmt.Errorf("parents for %s: peer %q: %w", blob, requester, ErrUnknownPeer)
 	}
 	var tree Wait
+	sc.cands = sc.cands[:0] // not the last query's, if b is unknown
 	if b := s.blobs[blob]; b != nil {
 		s.candidates(sc, b, r, &q, now)
 		s.choose(sc, &ans, r, &q, false, false)
