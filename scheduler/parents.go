@@ -93,9 +93,12 @@ func (s *State) Parents(requester string, blob rafs.Digest, chunks []uint32, now
 	}
 	var tree Wait
 	sc.cands = sc.cands[:0] // not the last query's, if b is unknown
+	sc.chosen = sc.chosen[:0]
 	if b := s.blobs[blob]; b != nil {
 		s.candidates(sc, b, r, &q, now)
-		s.choose(sc, &ans, r, &q, false, false)
+		if sc.nonFull > 0 {
+			s.choose(sc, &ans, r, &q, false, false)
+		}
 		if q.left > 0 && sc.anyFull {
 			tree = s.treeWait(sc, b, r, &q, now)
 			if len(tree.Chunks) > 0 && len(ans.Parents) > 0 {

@@ -56,19 +56,11 @@ func (s *State) treeWait(sc *scratch, b *blobState, r *peer, q *request, now tim
 	if b.leased.len() == 0 {
 		return Wait{}
 	}
-	w := len(q.rem)
 	// Chunks left that a full candidate holds, ascending (request space
 	// keeps the order).
-	contested := append(sc.contested[:0], make([]uint64, w)...)
-	sc.contested = contested
-	for i := range sc.cands {
-		if !sc.cands[i].full {
-			continue
-		}
-		m := sc.masks[i*w : (i+1)*w]
-		for j := range contested {
-			contested[j] |= m[j] & q.rem[j]
-		}
+	contested := sc.fullHeld
+	for j := range contested {
+		contested[j] &= q.rem[j]
 	}
 	spots := sc.spots[:0]
 	for i, x := range contested {
