@@ -82,11 +82,13 @@
 //
 // # Concurrency
 //
-// State is safe for concurrent use behind one read-write mutex. Parents
-// searches under the read lock, so queries run in parallel, and takes
-// the write lock only to record its assignments and origin turns; other
-// changes take the write lock. A query for a run of 1 to 16 chunks at
-// the scale above takes about 20 to 30 µs, so one State serves more than
-// the 20,000 queries/s such a cluster needs; more schedulers (Pick)
-// scale further.
+// State is safe for concurrent use behind a read-write mutex. Parents
+// searches under the read lock, so queries run in parallel, and records
+// its assignments, origin turns and tree waits still under the read
+// lock, holding a second, plain mutex that only recorders take; Report
+// records most outcomes the same way. So queries and reports never wait
+// for the write lock, which changes of membership and holdings take. A
+// query for a run of 1 to 16 chunks at the scale above takes about 20 to
+// 30 µs, so one State serves more than the 20,000 queries/s such a
+// cluster needs; more schedulers (Pick) scale further.
 package scheduler

@@ -19,16 +19,16 @@ type lease struct {
 	expires time.Time
 }
 
-// addLease records an assignment to parent for requester r, releasing r's
-// oldest one if r is at Config.MaxLeasesPerPeer.
-func (s *State) addLease(r, parent *peer, blob rafs.Digest, lo, hi uint32, now time.Time) {
+// addLease records an assignment of chunks of b to parent for requester
+// r, releasing r's oldest one if r is at Config.MaxLeasesPerPeer.
+func (s *State) addLease(r, parent *peer, b *blobState, lo, hi uint32, now time.Time) {
 	if len(r.leases) >= s.cfg.MaxLeasesPerPeer {
 		s.releaseOldest(r)
 	}
 	s.nextLease++
-	l := lease{id: s.nextLease, parent: parent, blob: blob, lo: lo, hi: hi, expires: now.Add(s.cfg.LeaseTimeout)}
+	l := lease{id: s.nextLease, parent: parent, blob: b.digest, lo: lo, hi: hi, expires: now.Add(s.cfg.LeaseTimeout)}
 	r.leases = append(r.leases, l)
-	s.blob(blob, true).leased.add(leaseRef{id: l.id, req: r, lo: lo, hi: hi, expires: l.expires})
+	b.leased.add(leaseRef{id: l.id, req: r, lo: lo, hi: hi, expires: l.expires})
 	s.setPending(parent, +1)
 }
 

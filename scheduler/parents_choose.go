@@ -61,8 +61,8 @@ func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now t
 			masks = masks[:base]
 			continue
 		}
-		score := locality(rh, ph) * ph.q * jit.next()
-		isFull := s.full(ph.pending)
+		score := locality(rh, ph) * ph.quality() * jit.next()
+		isFull := s.full(ph.pending.Load())
 		if isFull {
 			sc.anyFull = true
 			for j := range full {
