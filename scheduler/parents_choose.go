@@ -1,6 +1,9 @@
 package scheduler
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // scratch is one query's working space, pooled so that queries running in
 // parallel under the read lock do not allocate it each time.
@@ -38,7 +41,8 @@ type cand struct {
 // hold. Read lock.
 func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now time.Time) {
 	w := len(q.rem)
-	cs, masks := sc.cands[:0], sc.masks[:0]
+	cs := sc.cands[:0]
+	masks := slices.Grow(sc.masks[:0], len(b.holders)*w)[:len(b.holders)*w]
 	full := append(sc.fullHeld[:0], make([]uint64, w)...)
 	sc.anyFull, sc.nonFull = false, 0
 	nowNs, oldest := now.UnixNano(), now.UnixNano()-s.cfg.PeerTTL.Nanoseconds()
@@ -48,17 +52,14 @@ func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now t
 	jit := s.newJitter()
 	for i := range b.holders {
 		h := &b.holders[i]
-		base := len(masks)
-		masks = append(masks, make([]uint64, w)...)
-		m := masks[base:]
+		k := len(cs) * w // the next candidate's mask, written over if not one
+		m := masks[k : k+w : k+w]
 		g := q.restrict(b.row(h), m)
 		if g == 0 || h.slot == r.slot {
-			masks = masks[:base]
 			continue
 		}
 		ph := &hot[h.slot]
 		if ph.seen < oldest || nowNs < ph.bannedUntil || (avoid && r.rep.avoids(s.bySlot[h.slot].id, now)) {
-			masks = masks[:base]
 			continue
 		}
 		score := locality(rh, ph) * ph.quality() * jit.next()
@@ -73,7 +74,7 @@ func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now t
 		}
 		cs = append(cs, cand{slot: h.slot, gain: int32(g), full: isFull, score: score})
 	}
-	sc.cands, sc.masks, sc.fullHeld = cs, masks, full
+	sc.cands, sc.masks, sc.fullHeld = cs, masks[:len(cs)*w], full
 }
 
 // choose names parents from sc.cands until q is covered, no candidate
