@@ -44,13 +44,14 @@
 //     is reported on or times out (lease.go), so concurrent requesters
 //     spread; a seeded jitter shares the load among near-equal peers. Load
 //     and health lower a score, never exclude a holder for good.
-//   - Relay trees (tree.go): a parent with a few assignments outstanding
-//     is full; a requester whose chunks only full parents hold waits
-//     briefly for the peers already assigned them (future holders, as
-//     origin fetchers are) and is then served by them, so a chunk wanted
-//     by many at once spreads down a tree, not a star from its first
-//     holder. A requester that waited long, or has no future holder to
-//     wait for, is served by a full parent.
+//   - Relay trees (tree.go, leaseindex.go, waits.go): a parent with a
+//     few assignments outstanding is full; a requester whose chunks only
+//     full parents hold waits briefly for the peers already assigned
+//     them (future holders, as origin fetchers are, found through an
+//     index of each blob's leases by chunk) and is then served by them,
+//     so a chunk wanted by many at once spreads down a tree, not a star
+//     from its first holder. A requester that waited long, or has no
+//     future holder to wait for, is served by a full parent.
 //   - Back-to-source coordination (origin.go): for a chunk no eligible
 //     peer holds, at most Config.OriginFetchers peers at a time are told
 //     to fetch it from origin; the rest are told to wait for them and ask

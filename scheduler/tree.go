@@ -44,8 +44,9 @@ func (s *State) full(pending int32) bool { return pending >= int32(s.cfg.TreeMax
 // r to wait for instead, if it should: when every one of them has an
 // eligible future holder and r has not waited for any of them past
 // TreeStarveAfter. It is all or none: a full parent named for some of the
-// chunks might as well serve them all. It returns the wait, with no
-// chunks if there is none. Read lock.
+// chunks might as well serve them all. It returns the wait, naming the
+// first maxTreeFetchers future holders found in the lease index, with
+// no chunks if there is none. Read lock and rec.
 //
 // A peer acts on one answer before it asks again, so when parents were
 // named for other chunks, Parents makes the wait due at once (RetryAfter
