@@ -115,14 +115,15 @@ func (s *State) Parents(requester string, blob rafs.Digest, chunks []uint32, now
 		s.choose(sc, &ans, r, &q, false, false)
 	}
 
-	// The rest reads and records leases, origin turns and waits, which
-	// concurrent queries record too: under rec as well (see State).
-	// Queries that recorded since this one read the pending counts
-	// above are the same race as queries a moment apart.
-	s.rec.Lock()
+	// Leases, origin turns and waits, which concurrent queries record
+	// too, are read and recorded under rec as well (see State). Queries
+	// that record in between are the same race as queries a moment
+	// apart.
 	var tree Wait
 	if q.left > 0 && sc.anyFull {
+		s.rec.Lock()
 		tree = s.treeWait(sc, b, r, &q, now)
+		s.rec.Unlock()
 		if len(tree.Chunks) > 0 && len(ans.Parents) > 0 {
 			// Ask again once the parents named have served theirs:
 			// the future holders may have these by then.
@@ -134,6 +135,7 @@ func (s *State) Parents(requester string, blob rafs.Digest, chunks []uint32, now
 	if q.left > 0 {
 		later, unheld = s.rest(sc, &q)
 	}
+	s.rec.Lock()
 	s.share(true)
 	s.record(&ans, sc, r, blob, b, later, unheld, tree, now)
 	emptied := s.share(false)
