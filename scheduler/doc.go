@@ -86,10 +86,12 @@
 // State is safe for concurrent use behind a read-write mutex. Parents
 // searches under the read lock, so queries run in parallel, and records
 // its assignments, origin turns and tree waits still under the read
-// lock, holding a second, plain mutex that only recorders take; Report
-// records most outcomes the same way. So queries and reports never wait
-// for the write lock, which changes of membership and holdings take. A
-// query for a run of 1 to 16 chunks at the scale above takes about 20 to
-// 30 µs, so one State serves more than the 20,000 queries/s such a
-// cluster needs; more schedulers (Pick) scale further.
+// lock, holding a second, plain mutex only for that (and for finding
+// future holders); Report records most outcomes the same way. So queries
+// and reports wait for each other only briefly; changes of membership
+// and holdings take the write lock. A query for a run of 1 to 16 chunks
+// at the scale above takes about 20 to 30 µs (median, on 2 cores): one
+// goroutine answers 30,000 to 40,000 such queries/s, two 35,000 to
+// 50,000, each followed by reports or not, more than the 20,000
+// queries/s such a cluster needs; more schedulers (Pick) scale further.
 package scheduler
