@@ -74,6 +74,8 @@ type Stats struct {
 func (s *State) Peers(now time.Time) []PeerView {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	s.rec.Lock() // for what Parents and Report record
+	defer s.rec.Unlock()
 	out := make([]PeerView, 0, len(s.peers))
 	for _, p := range s.peers {
 		v := PeerView{
@@ -98,6 +100,8 @@ func (s *State) Peers(now time.Time) []PeerView {
 func (s *State) Blobs() []BlobView {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	s.rec.Lock() // for what Parents and Report record
+	defer s.rec.Unlock()
 	out := make([]BlobView, 0, len(s.blobs))
 	var union Bitset
 	for _, b := range s.blobs {
@@ -129,6 +133,8 @@ func (s *State) Blobs() []BlobView {
 func (s *State) OriginFetches(now time.Time) []OriginView {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	s.rec.Lock() // for what Parents and Report record
+	defer s.rec.Unlock()
 	var out []OriginView
 	for _, b := range s.blobs {
 		for c, f := range b.origin {
@@ -170,6 +176,8 @@ func (s *State) Bans(now time.Time) []BanView {
 func (s *State) Stats() Stats {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	s.rec.Lock() // for what Parents and Report record
+	defer s.rec.Unlock()
 	st := Stats{Peers: len(s.peers), Blobs: len(s.blobs), Bans: len(s.bans)}
 	for _, b := range s.blobs {
 		st.Holdings += len(b.holders)

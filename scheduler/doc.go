@@ -44,13 +44,14 @@
 //     is reported on or times out (lease.go), so concurrent requesters
 //     spread; a seeded jitter shares the load among near-equal peers. Load
 //     and health lower a score, never exclude a holder for good.
-//   - Relay trees (tree.go): a parent with a few assignments outstanding
-//     is full; a requester whose chunks only full parents hold waits
-//     briefly for the peers already assigned them (future holders, as
-//     origin fetchers are) and is then served by them, so a chunk wanted
-//     by many at once spreads down a tree, not a star from its first
-//     holder. A requester that waited long, or has no future holder to
-//     wait for, is served by a full parent.
+//   - Relay trees (tree.go, leaseindex.go, waits.go): a parent with a
+//     few assignments outstanding is full; a requester whose chunks only
+//     full parents hold waits briefly for the peers already assigned
+//     them (future holders, as origin fetchers are, found through an
+//     index of each blob's leases by chunk) and is then served by them,
+//     so a chunk wanted by many at once spreads down a tree, not a star
+//     from its first holder. A requester that waited long, or has no
+//     future holder to wait for, is served by a full parent.
 //   - Back-to-source coordination (origin.go): for a chunk no eligible
 //     peer holds, at most Config.OriginFetchers peers at a time are told
 //     to fetch it from origin; the rest are told to wait for them and ask
@@ -82,11 +83,15 @@
 //
 // # Concurrency
 //
-// State is safe for concurrent use behind one read-write mutex. Parents
-// searches under the read lock, so queries run in parallel, and takes
-// the write lock only to record its assignments and origin turns; other
-// changes take the write lock. A query for a run of 1 to 16 chunks at
-// the scale above takes about 20 to 30 µs, so one State serves more than
-// the 20,000 queries/s such a cluster needs; more schedulers (Pick)
-// scale further.
+// State is safe for concurrent use behind a read-write mutex. Parents
+// searches under the read lock, so queries run in parallel, and records
+// its assignments, origin turns and tree waits still under the read
+// lock, holding a second, plain mutex only for that (and for finding
+// future holders); Report records most outcomes the same way. So queries
+// and reports wait for each other only briefly; changes of membership
+// and holdings take the write lock. A query for a run of 1 to 16 chunks
+// at the scale above takes about 20 to 30 µs (median, on 2 cores): one
+// goroutine answers 30,000 to 40,000 such queries/s, two 35,000 to
+// 50,000, each followed by reports or not, more than the 20,000
+// queries/s such a cluster needs; more schedulers (Pick) scale further.
 package scheduler

@@ -94,6 +94,11 @@ func (rp *reporter) avoids(id string, now time.Time) bool {
 // when an accusation is over the reporter's budget (the outcome still
 // counts as a failure), ErrBanned when a banned reporter accuses.
 func (s *State) Report(reporterID, about string, o Outcome, now time.Time) (banned bool, err error) {
+	if !o.BadBytes && len(o.Missing) == 0 {
+		if done, err := s.reportShared(reporterID, about, o, now); done {
+			return false, err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.member(reporterID, now)
@@ -132,6 +137,39 @@ func (s *State) Report(reporterID, about string, o Outcome, now time.Time) (bann
 	rp.avoid = append(slices.DeleteFunc(rp.avoid, func(a avoidance) bool { return a.id == about }),
 		avoidance{id: about, until: now.Add(s.cfg.BanDuration)})
 	return s.accuse(about, reporterID, now), nil
+}
+
+// reportShared is Report for an outcome that changes no holding and
+// accuses nobody, as most are: it needs only the read lock and rec (see
+// State), so it does not hold up queries. It returns false, having done
+// nothing, if the reporter must first be removed (its TTL ran out) or
+// is unknown, which takes the write lock.
+func (s *State) reportShared(reporterID, about string, o Outcome, now time.Time) (bool, error) {
+	s.mu.RLock()
+	r := s.peers[reporterID]
+	if r == nil || !s.alive(r, now) {
+		s.mu.RUnlock()
+		return false, nil
+	}
+	if about == reporterID {
+		s.mu.RUnlock()
+		return true, fmt.Errorf("report by %q on itself: %w", about, ErrInvalid)
+	}
+	s.rec.Lock()
+	s.share(true)
+	s.sweepLeases(r, now)
+	l, ok := s.takeLease(r, about, o.Blob, o.BadChunk, true)
+	if ok {
+		s.feedback(l.parent, o)
+	}
+	emptied := s.share(false)
+	s.rec.Unlock()
+	s.mu.RUnlock()
+	s.forgetEmptied(emptied)
+	if !ok {
+		return true, fmt.Errorf("report by %q on %q for %s: %w", reporterID, about, o.Blob, ErrNoAssignment)
+	}
+	return true, nil
 }
 
 // feedback folds an outcome into p's moving averages.

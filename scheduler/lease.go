@@ -19,27 +19,16 @@ type lease struct {
 	expires time.Time
 }
 
-// leaseRef is a lease as the blob's index of future holders keeps it.
-type leaseRef struct {
-	req     *peer
-	lo, hi  uint32
-	expires time.Time
-}
-
-// addLease records an assignment to parent for requester r, releasing r's
-// oldest one if r is at Config.MaxLeasesPerPeer.
-func (s *State) addLease(r, parent *peer, blob rafs.Digest, lo, hi uint32, now time.Time) {
+// addLease records an assignment of chunks of b to parent for requester
+// r, releasing r's oldest one if r is at Config.MaxLeasesPerPeer.
+func (s *State) addLease(r, parent *peer, b *blobState, lo, hi uint32, now time.Time) {
 	if len(r.leases) >= s.cfg.MaxLeasesPerPeer {
 		s.releaseOldest(r)
 	}
 	s.nextLease++
-	l := lease{id: s.nextLease, parent: parent, blob: blob, lo: lo, hi: hi, expires: now.Add(s.cfg.LeaseTimeout)}
+	l := lease{id: s.nextLease, parent: parent, blob: b.digest, lo: lo, hi: hi, expires: now.Add(s.cfg.LeaseTimeout)}
 	r.leases = append(r.leases, l)
-	b := s.blob(blob, true)
-	if b.leased == nil {
-		b.leased = map[uint64]leaseRef{}
-	}
-	b.leased[l.id] = leaseRef{req: r, lo: lo, hi: hi, expires: l.expires}
+	b.leased.add(leaseRef{id: l.id, req: r, lo: lo, hi: hi, expires: l.expires})
 	s.setPending(parent, +1)
 }
 
@@ -48,7 +37,7 @@ func (s *State) addLease(r, parent *peer, blob rafs.Digest, lo, hi uint32, now t
 func (s *State) endLease(l lease) {
 	s.setPending(l.parent, -1)
 	if b := s.blobs[l.blob]; b != nil {
-		delete(b.leased, l.id)
+		b.leased.remove(l.id, l.lo, l.hi)
 		s.forgetIfEmpty(b)
 	}
 }

@@ -91,42 +91,76 @@ func (s *State) Parents(requester string, blob rafs.Digest, chunks []uint32, now
 		s.mu.RUnlock()
 		return Answer{}, fmt.Errorf("parents for %s: peer %q: %w", blob, requester, ErrUnknownPeer)
 	}
-	var tree Wait
-	if b := s.blobs[blob]; b != nil {
-		s.candidates(sc, b, r, &q, now)
-		s.choose(sc, &ans, r, &q, false, false)
-		if q.left > 0 && sc.anyFull {
-			tree = s.treeWait(sc, b, r, &q, now)
-			if len(tree.Chunks) > 0 && len(ans.Parents) > 0 {
-				// Ask again once the parents named have served theirs:
-				// the future holders may have these by then.
-				tree.RetryAfter = 0
-			}
-			s.choose(sc, &ans, r, &q, true, true)
+	sc.cands = sc.cands[:0] // not the last query's, if b is unknown
+	sc.chosen = sc.chosen[:0]
+	b := s.blobs[blob]
+	if b == nil {
+		// Nobody holds, fetches or was assigned any of blob: every
+		// chunk goes to origin coordination, which records the blob,
+		// under the write lock. What changed in between (a parent
+		// left, a chunk was announced) is the same race as a change
+		// just after the answer, which peers handle.
+		s.mu.RUnlock()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.peers[requester] != r {
+			return Answer{}, fmt.Errorf("parents for %s: peer %q left: %w", blob, requester, ErrUnknownPeer)
 		}
+		_, unheld := s.rest(sc, &q)
+		s.record(&ans, sc, r, blob, nil, nil, unheld, Wait{}, now)
+		return ans, nil
+	}
+	s.candidates(sc, b, r, &q, now)
+	if sc.nonFull > 0 {
+		s.choose(sc, &ans, r, &q, false, false)
+	}
+
+	// Leases, origin turns and waits, which concurrent queries record
+	// too, are read and recorded under rec as well (see State). Queries
+	// that record in between are the same race as queries a moment
+	// apart.
+	var tree Wait
+	if q.left > 0 && sc.anyFull {
+		s.rec.Lock()
+		tree = s.treeWait(sc, b, r, &q, now)
+		s.rec.Unlock()
+		if len(tree.Chunks) > 0 && len(ans.Parents) > 0 {
+			// Ask again once the parents named have served theirs:
+			// the future holders may have these by then.
+			tree.RetryAfter = 0
+		}
+		s.choose(sc, &ans, r, &q, true, true)
 	}
 	var later, unheld []uint32
 	if q.left > 0 {
 		later, unheld = s.rest(sc, &q)
 	}
+	s.rec.Lock()
+	s.share(true)
+	s.record(&ans, sc, r, blob, b, later, unheld, tree, now)
+	emptied := s.share(false)
+	s.rec.Unlock()
 	s.mu.RUnlock()
+	s.forgetEmptied(emptied)
+	return ans, nil
+}
 
-	// Record under the write lock: assignments and origin turns. What
-	// changed in between (a parent left, a chunk was announced) is the
-	// same race as a change just after the answer, which peers handle.
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.peers[requester] != r {
-		return Answer{}, fmt.Errorf("parents for %s: peer %q left: %w", blob, requester, ErrUnknownPeer)
-	}
+// record records ans, found by a search for r on blob (b, nil if
+// unknown): the parents' assignments, the origin turns for unheld, and
+// the tree wait, and adds the waits for later and unheld to ans. Under
+// rec (with the read lock and s.shared) or the write lock; only the
+// latter may be given a nil b.
+func (s *State) record(ans *Answer, sc *scratch, r *peer, blob rafs.Digest, b *blobState, later, unheld []uint32, tree Wait, now time.Time) {
 	s.sweepLeases(r, now)
 	for i, p := range ans.Parents {
 		got := p.Chunks
-		s.addLease(r, sc.chosen[i], blob, got[0], got[len(got)-1], now)
+		s.addLease(r, sc.chosen[i], b, got[0], got[len(got)-1], now)
 	}
 	if len(unheld) > 0 {
-		b := s.blob(blob, true)
-		s.coordinate(&ans, b, r, unheld, now)
+		if b == nil {
+			b = s.blob(blob, true)
+		}
+		s.coordinate(ans, b, r, unheld, now)
 		s.forgetIfEmpty(b)
 	}
 	if len(later) > 0 {
@@ -136,9 +170,8 @@ func (s *State) Parents(requester string, blob rafs.Digest, chunks []uint32, now
 		ans.Wait = append(ans.Wait, tree)
 	}
 	if len(tree.Chunks) > 0 || len(r.waits) > 0 {
-		s.noteWaits(r, blob, &ans, tree.Chunks, now)
+		s.noteWaits(r, blob, ans, tree.Chunks, now)
 	}
-	return ans, nil
 }
 
 // coordinate places chunks nobody may serve r: r's turn to fetch from

@@ -1,6 +1,9 @@
 package scheduler
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // scratch is one query's working space, pooled so that queries running in
 // parallel under the read lock do not allocate it each time.
@@ -10,8 +13,17 @@ type scratch struct {
 	cands  []cand
 	masks  []uint64 // coverage of cands[i] is masks[i*W:(i+1)*W], W = len(rem)
 	chosen []*peer  // the peers of Answer.Parents, in order
-	// anyFull is whether some candidate is full (tree.go).
+	// fullHeld is what full candidates hold, in request space (tree.go).
+	fullHeld []uint64
+	// For treeWait: the chunks left that only full candidates hold, and
+	// whether each has a future holder; future holders.
+	spots    []uint32
+	future   []bool
+	fetchers []*peer
+	// anyFull is whether some candidate is full (tree.go), nonFull how
+	// many are not.
 	anyFull bool
+	nonFull int
 }
 
 func newScratch() any { return new(scratch) }
@@ -25,11 +37,14 @@ type cand struct {
 }
 
 // candidates fills sc.cands and sc.masks with the holders of b that may
-// serve r and hold some of q. Read lock.
+// serve r and hold some of q, and sc.fullHeld with what the full ones
+// hold. Read lock.
 func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now time.Time) {
 	w := len(q.rem)
-	cs, masks := sc.cands[:0], sc.masks[:0]
-	sc.anyFull = false
+	cs := sc.cands[:0]
+	masks := slices.Grow(sc.masks[:0], len(b.holders)*w)[:len(b.holders)*w]
+	full := append(sc.fullHeld[:0], make([]uint64, w)...)
+	sc.anyFull, sc.nonFull = false, 0
 	nowNs, oldest := now.UnixNano(), now.UnixNano()-s.cfg.PeerTTL.Nanoseconds()
 	avoid := r.rep != nil && len(r.rep.avoid) > 0
 	rh := &s.hot[r.slot]
@@ -37,24 +52,29 @@ func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now t
 	jit := s.newJitter()
 	for i := range b.holders {
 		h := &b.holders[i]
-		base := len(masks)
-		masks = append(masks, make([]uint64, w)...)
-		g := q.restrict(b.row(h), masks[base:])
+		k := len(cs) * w // the next candidate's mask, written over if not one
+		m := masks[k : k+w : k+w]
+		g := q.restrict(b.row(h), m)
 		if g == 0 || h.slot == r.slot {
-			masks = masks[:base]
 			continue
 		}
 		ph := &hot[h.slot]
 		if ph.seen < oldest || nowNs < ph.bannedUntil || (avoid && r.rep.avoids(s.bySlot[h.slot].id, now)) {
-			masks = masks[:base]
 			continue
 		}
-		score := locality(rh, ph) * ph.q * jit.next()
-		isFull := s.full(ph.pending)
-		sc.anyFull = sc.anyFull || isFull
+		score := locality(rh, ph) * ph.quality() * jit.next()
+		isFull := s.full(ph.pending.Load())
+		if isFull {
+			sc.anyFull = true
+			for j := range full {
+				full[j] |= m[j]
+			}
+		} else {
+			sc.nonFull++
+		}
 		cs = append(cs, cand{slot: h.slot, gain: int32(g), full: isFull, score: score})
 	}
-	sc.cands, sc.masks = cs, masks
+	sc.cands, sc.masks, sc.fullHeld = cs, masks[:len(cs)*w], full
 }
 
 // choose names parents from sc.cands until q is covered, no candidate
@@ -64,13 +84,11 @@ func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now t
 // Coverage only falls from round to round, so a candidate whose last
 // coverage × score cannot beat the best found so far is skipped without
 // a recount; a later call (again, with q changed in between) passes
-// again to recount from the first round. Read lock.
+// again to recount from the first round. The peers named are appended
+// to sc.chosen too. Read lock.
 func (s *State) choose(sc *scratch, ans *Answer, r *peer, q *request, withFull, again bool) {
 	w := len(q.rem)
 	cs, masks := sc.cands, sc.masks
-	if !again {
-		sc.chosen = sc.chosen[:0]
-	}
 	for round := 0; q.left > 0 && len(ans.Parents) < s.cfg.MaxParents; round++ {
 		best, bestKey := -1, 0.0
 		for i := range cs {

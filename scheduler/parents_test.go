@@ -296,3 +296,19 @@ func TestParentsDeterministic(t *testing.T) {
 		t.Fatalf("answers differ:\n%s\n%s", a, b)
 	}
 }
+
+// A query on a blob nobody holds sends every chunk through origin
+// coordination, whatever the query before it (whose working space the
+// State reuses) found.
+func TestParentsUnknownBlobAfterAnother(t *testing.T) {
+	s := newState(t, func(c *Config) { c.MaxParents = 1 })
+	scene(t, s, nil, []holding{{"a", nil, seq(0, 4)}, {"b", nil, seq(4, 8)}})
+	a := mustParents(t, s, "r", digest("b"), seq(0, 8), t0)
+	if len(a.Parents) != 1 || len(a.Wait) != 1 {
+		t.Fatalf("%s, want one parent and a wait for the other's chunks", describe(a))
+	}
+	a = mustParents(t, s, "r", digest("unknown"), seq(0, 8), t0)
+	if len(a.Parents) != 0 || !slices.Equal(a.Origin, seq(0, 8)) || len(a.Wait) != 0 {
+		t.Errorf("unknown blob: %s, want origin for all", describe(a))
+	}
+}

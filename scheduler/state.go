@@ -17,14 +17,29 @@ import (
 // time from its caller, and the only randomness comes from the source
 // given to New, so the same calls give the same answers.
 //
-// A State is safe for concurrent use. One read-write mutex guards it:
-// Parents does its search under the read lock, so queries run in
-// parallel, and takes the write lock only to record its assignments and
-// origin turns; every other change takes the write lock. Methods that
-// act for a peer take that peer's ID as the transport authenticated it,
-// and change only what that peer may speak for.
+// A State is safe for concurrent use. A read-write mutex, mu, guards it,
+// and a second one, rec, lets Parents and Report record what they do
+// without the write lock: Parents searches under mu's read lock, so
+// queries run in parallel, and records its assignments, origin turns
+// and tree waits holding rec as well, as Report records an outcome
+// (except one that changes holdings or accuses). So what they record
+// (leases, pending counts and feedback, origin fetches, tree waits) is
+// read and written holding rec under the read lock, or under the write
+// lock; the scores derived from it, which the search reads without rec,
+// are atomic (peerHot); and a blob is added to or dropped from s.blobs
+// only under the write lock (forgetIfEmpty). Every other change takes
+// the write lock. Methods that act for a peer take that peer's ID as
+// the transport authenticated it, and change only what that peer may
+// speak for.
 type State struct {
-	mu      sync.RWMutex
+	mu  sync.RWMutex
+	rec sync.Mutex // see above; taken with mu read-locked, never alone
+	// Under rec: whether the read lock is all that is held (so s.blobs
+	// must not change), and the blobs found empty meanwhile, to forget
+	// under the write lock.
+	shared  bool
+	emptied []*blobState
+
 	cfg     Config
 	seed    uint64        // from the injected source; see jitter
 	queries atomic.Uint64 // numbers queries' jitter streams
@@ -64,9 +79,11 @@ type peer struct {
 
 	holdings     map[*blobState]int32 // blob -> index in blob.holders
 	holdingBytes int64
-	fetching     int               // origin fetch turns held
-	leases       []lease           // as requester, oldest first
-	waits        map[waitKey]int64 // as requester: first tree wait, Unix ns (tree.go)
+	fetching     int                         // origin fetch turns held
+	leases       []lease                     // as requester, oldest first
+	waits        map[rafs.Digest][]chunkWait // as requester: first tree waits (waits.go)
+	nwaits       int                         // in waits
+	waitsFrom    int64                       // no wait in waits began before, Unix ns
 	rep          *reporter
 	refuted      map[rafs.Digest]*refutation // as parent: chunks found missing (refute.go)
 	gone         bool
@@ -75,16 +92,21 @@ type peer struct {
 // peerHot is the part of a peer read for every candidate of every query,
 // kept apart in one dense array (State.hot) so that a query reads 40
 // bytes per candidate from a few contiguous pages instead of a scattered
-// peer struct each. Times are Unix nanoseconds.
+// peer struct each. Times are Unix nanoseconds. q and pending change as
+// assignments are recorded, while other queries search (see State), so
+// they are atomic.
 type peerHot struct {
-	seen        int64   // last registration or heartbeat
-	bannedUntil int64   // 0 if never banned
-	q           float64 // quality (score.go), kept current by refresh
-	pending     int32   // outstanding assignments as parent (tree.go)
-	zone        int32   // interned label values; 0 = unset
+	seen        int64         // last registration or heartbeat
+	bannedUntil int64         // 0 if never banned
+	q           atomic.Uint64 // bits of the quality (score.go), kept current by refresh
+	pending     atomic.Int32  // outstanding assignments as parent (tree.go)
+	zone        int32         // interned label values; 0 = unset
 	rack        int32
 	host        int32
 }
+
+// quality returns the quality refresh stored.
+func (h *peerHot) quality() float64 { return math.Float64frombits(h.q.Load()) }
 
 // hotOf returns p's hot part. p must be a member (not gone).
 func (s *State) hotOf(p *peer) *peerHot { return &s.hot[p.slot] }
@@ -106,8 +128,8 @@ func (s *State) setPending(p *peer, d int) {
 func (s *State) refresh(p *peer) {
 	if !p.gone {
 		h := &s.hot[p.slot]
-		h.q = s.quality(p)
-		h.pending = int32(min(p.pending, math.MaxInt32))
+		h.q.Store(math.Float64bits(s.quality(p)))
+		h.pending.Store(int32(min(p.pending, math.MaxInt32)))
 	}
 }
 
@@ -138,9 +160,9 @@ type blobState struct {
 	holders []holder
 	slab    slab // the holders' bitsets
 	origin  map[uint32]*originFetch
-	// leased are the outstanding assignments of the blob's chunks, by
-	// lease number: their requesters are the chunks' future holders.
-	leased map[uint64]leaseRef
+	// leased are the outstanding assignments of the blob's chunks:
+	// their requesters are the chunks' future holders.
+	leased leaseIndex
 }
 
 // holder is one peer's holding of one blob; its bitset is the row
@@ -212,10 +234,43 @@ func (s *State) blob(d rafs.Digest, create bool) *blobState {
 	return b
 }
 
-// forgetIfEmpty drops b once nothing refers to it.
+// forgetIfEmpty drops b once nothing refers to it. Recording under the
+// read lock (s.shared), it notes b in s.emptied instead, for
+// forgetEmptied.
 func (s *State) forgetIfEmpty(b *blobState) {
-	if len(b.holders) == 0 && len(b.origin) == 0 && len(b.leased) == 0 {
+	if len(b.holders) == 0 && len(b.origin) == 0 && b.leased.len() == 0 {
+		if s.shared {
+			s.emptied = append(s.emptied, b)
+			return
+		}
 		delete(s.blobs, b.digest)
+	}
+}
+
+// share marks the start (on) or end of recording under the read lock,
+// holding rec. Ending, it returns the blobs found empty meanwhile.
+func (s *State) share(on bool) []*blobState {
+	s.shared = on
+	if on {
+		return nil
+	}
+	e := s.emptied
+	s.emptied = nil
+	return e
+}
+
+// forgetEmptied takes the write lock to drop the blobs of bs that are
+// still empty, once recording under the read lock is over.
+func (s *State) forgetEmptied(bs []*blobState) {
+	if len(bs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range bs {
+		if s.blobs[b.digest] == b {
+			s.forgetIfEmpty(b)
+		}
 	}
 }
 

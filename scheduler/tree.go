@@ -4,8 +4,6 @@ import (
 	"math/bits"
 	"slices"
 	"time"
-
-	"damselfly/rafs"
 )
 
 // Relay trees. When many peers want the same chunk at once, its first
@@ -38,12 +36,6 @@ const (
 	maxTreeFetchers = 8
 )
 
-// waitKey names a chunk a requester was told to wait for.
-type waitKey struct {
-	blob  rafs.Digest
-	chunk uint32
-}
-
 // full reports whether a parent with pending outstanding assignments
 // takes no more while a future holder can serve instead.
 func (s *State) full(pending int32) bool { return pending >= int32(s.cfg.TreeMaxChildren) }
@@ -52,8 +44,9 @@ func (s *State) full(pending int32) bool { return pending >= int32(s.cfg.TreeMax
 // r to wait for instead, if it should: when every one of them has an
 // eligible future holder and r has not waited for any of them past
 // TreeStarveAfter. It is all or none: a full parent named for some of the
-// chunks might as well serve them all. It returns the wait, with no
-// chunks if there is none. Read lock.
+// chunks might as well serve them all. It returns the wait, naming the
+// first maxTreeFetchers future holders found in the lease index, with
+// no chunks if there is none. Read lock and rec.
 //
 // A peer acts on one answer before it asks again, so when parents were
 // named for other chunks, Parents makes the wait due at once (RetryAfter
@@ -61,126 +54,88 @@ func (s *State) full(pending int32) bool { return pending >= int32(s.cfg.TreeMax
 // future holders it follows may hold the next chunks. So a requester
 // trails its future holders chunk by chunk, a relay pipeline.
 func (s *State) treeWait(sc *scratch, b *blobState, r *peer, q *request, now time.Time) Wait {
-	w := len(q.rem)
-	// Chunks left that a full candidate holds.
-	contested := make([]uint64, w)
-	some := false
-	for i := range sc.cands {
-		if !sc.cands[i].full {
-			continue
-		}
-		m := sc.masks[i*w : (i+1)*w]
-		for j := range contested {
-			contested[j] |= m[j] & q.rem[j]
-			some = some || contested[j] != 0
-		}
-	}
-	if !some || len(b.leased) == 0 {
+	if b.leased.len() == 0 {
 		return Wait{}
 	}
-	type spot struct {
-		word, bit int
-		chunk     uint32
+	// Chunks left that a full candidate holds, ascending (request space
+	// keeps the order).
+	contested := sc.fullHeld
+	for j := range contested {
+		contested[j] &= q.rem[j]
 	}
-	var spots []spot
+	spots := sc.spots[:0]
 	for i, x := range contested {
 		for x != 0 {
-			bit := bits.TrailingZeros64(x)
+			spots = append(spots, q.at(i, bits.TrailingZeros64(x)))
 			x &= x - 1
-			spots = append(spots, spot{i, bit, q.at(i, bit)})
 		}
 	}
-	// Spots are in ascending chunk order (request space keeps it), so a
-	// lease's range is a binary search away.
-	future := make([]bool, len(spots))
-	var fetchers []string
-	oldest := now.UnixNano() - s.cfg.PeerTTL.Nanoseconds()
+	sc.spots = spots
+	if len(spots) == 0 {
+		return Wait{}
+	}
+	nowNs := now.UnixNano()
+	if ws := r.waits[b.digest]; len(ws) > 0 || r.nwaits >= maxWaitsPerPeer {
+		j := 0
+		for _, c := range spots {
+			for j < len(ws) && ws[j].chunk < c {
+				j++
+			}
+			ok := j < len(ws) && ws[j].chunk == c
+			if ok && nowNs-ws[j].since >= s.cfg.TreeStarveAfter.Nanoseconds() {
+				return Wait{} // waited long enough: served over the cap
+			}
+			if !ok && r.nwaits >= maxWaitsPerPeer {
+				return Wait{} // cannot remember the wait: do not make it
+			}
+		}
+	}
+	// Every spot needs an eligible future holder; name the first
+	// maxTreeFetchers found.
+	future := append(sc.future[:0], make([]bool, len(spots))...)
+	sc.future = future
+	fetchers := sc.fetchers[:0]
+	covered := 0
+	first, last := spots[0], spots[len(spots)-1]
+	oldest := nowNs - s.cfg.PeerTTL.Nanoseconds()
 	avoid := r.rep != nil && len(r.rep.avoid) > 0
-	for _, l := range b.leased {
+	b.leased.near(spots, func(l *leaseRef) bool {
+		if l.hi < first || l.lo > last {
+			return true
+		}
 		p := l.req
 		if p == r || p.gone || !now.Before(l.expires) || s.hot[p.slot].seen < oldest || s.banned(p, now) || (avoid && r.rep.avoids(p.id, now)) {
-			continue
+			return true
 		}
-		k, _ := slices.BinarySearchFunc(spots, l.lo, func(sp spot, c uint32) int { return cmpU32(sp.chunk, c) })
+		k, _ := slices.BinarySearch(spots, l.lo)
 		hit := false
-		for ; k < len(spots) && spots[k].chunk <= l.hi; k++ {
-			future[k], hit = true, true
+		for ; k < len(spots) && spots[k] <= l.hi; k++ {
+			hit = true
+			if !future[k] {
+				future[k] = true
+				covered++
+			}
 		}
-		if hit && len(fetchers) < maxTreeFetchers && !slices.Contains(fetchers, p.id) {
-			fetchers = append(fetchers, p.id)
+		if hit && len(fetchers) < maxTreeFetchers && !slices.Contains(fetchers, p) {
+			fetchers = append(fetchers, p)
 		}
+		return covered < len(spots) || len(fetchers) < maxTreeFetchers
+	})
+	defer func() {
+		clear(fetchers) // keep no peer alive in the pool
+		sc.fetchers = fetchers[:0]
+	}()
+	if covered < len(spots) {
+		return Wait{} // no future holder: served over the cap
 	}
-	nowNs := now.UnixNano()
-	for k, sp := range spots {
-		if !future[k] {
-			return Wait{} // no future holder: served over the cap
-		}
-		since, ok := r.waits[waitKey{b.digest, sp.chunk}]
-		if ok && nowNs-since >= s.cfg.TreeStarveAfter.Nanoseconds() {
-			return Wait{} // waited long enough: served over the cap
-		}
-		if !ok && len(r.waits) >= maxWaitsPerPeer {
-			return Wait{} // cannot remember the wait: do not make it
-		}
+	wt := Wait{Chunks: slices.Clone(spots), Fetchers: make([]string, len(fetchers)), RetryAfter: min(treeRetry, s.cfg.WaitRetry)}
+	for i, p := range fetchers {
+		wt.Fetchers[i] = p.id
 	}
-	var wt Wait
-	for _, sp := range spots {
-		q.rem[sp.word] &^= 1 << sp.bit
-		q.left--
-		wt.Chunks = append(wt.Chunks, sp.chunk)
+	slices.Sort(wt.Fetchers)
+	for i, x := range contested {
+		q.rem[i] &^= x
 	}
-	slices.Sort(fetchers)
-	wt.Fetchers = fetchers
-	wt.RetryAfter = min(treeRetry, s.cfg.WaitRetry)
+	q.left -= len(spots)
 	return wt
-}
-
-// noteWaits records, under the write lock, when r started waiting for
-// the chunks of blob in tw, and forgets the waits for chunks r was given
-// a parent or an origin turn for.
-func (s *State) noteWaits(r *peer, blob rafs.Digest, ans *Answer, tw []uint32, now time.Time) {
-	if len(r.waits) > 0 {
-		for _, p := range ans.Parents {
-			for _, c := range p.Chunks {
-				delete(r.waits, waitKey{blob, c})
-			}
-		}
-		for _, c := range ans.Origin {
-			delete(r.waits, waitKey{blob, c})
-		}
-	}
-	if len(tw) == 0 {
-		if len(r.waits) == 0 {
-			r.waits = nil
-		}
-		return
-	}
-	nowNs := now.UnixNano()
-	if r.waits == nil {
-		r.waits = map[waitKey]int64{}
-	}
-	if len(r.waits)+len(tw) > maxWaitsPerPeer {
-		// Forget waits long past: their chunks were surely served.
-		for k, t := range r.waits {
-			if nowNs-t > 4*s.cfg.TreeStarveAfter.Nanoseconds() {
-				delete(r.waits, k)
-			}
-		}
-	}
-	for _, c := range tw {
-		k := waitKey{blob, c}
-		if _, ok := r.waits[k]; !ok && len(r.waits) < maxWaitsPerPeer {
-			r.waits[k] = nowNs
-		}
-	}
-}
-
-func cmpU32(a, b uint32) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

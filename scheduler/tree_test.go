@@ -250,8 +250,8 @@ func TestTreeLeasesEnd(t *testing.T) {
 			}
 			s.mu.RLock()
 			defer s.mu.RUnlock()
-			if bs := s.blobs[b]; len(bs.leased) != len(s.peers[last].leases) {
-				t.Errorf("blob has %d leases, want %d", len(bs.leased), len(s.peers[last].leases))
+			if bs := s.blobs[b]; bs.leased.len() != len(s.peers[last].leases) {
+				t.Errorf("blob has %d leases, want %d", bs.leased.len(), len(s.peers[last].leases))
 			}
 		})
 	}
