@@ -9,8 +9,10 @@ import (
 	"time"
 )
 
-// runKnock knocks on both ends of a pipe and returns each side's error.
-func runKnock(t *testing.T, dialerKey, listenerKey *knockKey) (dialErr, listenErr error) {
+// runBoth runs a handshake on both ends of a TCP pair, the dialer's
+// and the listener's, closing each end whose side failed (as the
+// transports do), and returns each side's error.
+func runBoth(t *testing.T, dial, listen func(net.Conn) error) (dialErr, listenErr error) {
 	t.Helper()
 	a, b := tcpPair(t)
 	defer a.Close()
@@ -20,17 +22,25 @@ func runKnock(t *testing.T, dialerKey, listenerKey *knockKey) (dialErr, listenEr
 	b.SetDeadline(deadline)
 	done := make(chan error, 1)
 	go func() {
-		err := knock(b, listenerKey, false)
+		err := listen(b)
 		if err != nil {
-			b.Close() // as knockConn does
+			b.Close()
 		}
 		done <- err
 	}()
-	dialErr = knock(a, dialerKey, true)
+	dialErr = dial(a)
 	if dialErr != nil {
 		a.Close()
 	}
 	return dialErr, <-done
+}
+
+// runKnock knocks on both ends of a pipe and returns each side's error.
+func runKnock(t *testing.T, dialerKey, listenerKey *knockKey) (dialErr, listenErr error) {
+	t.Helper()
+	return runBoth(t,
+		func(c net.Conn) error { return knock(c, dialerKey, true) },
+		func(c net.Conn) error { return knock(c, listenerKey, false) })
 }
 
 func TestKnock(t *testing.T) {

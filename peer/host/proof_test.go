@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,25 +22,13 @@ type side struct {
 // side's error.
 func runProof(t *testing.T, dialer, listener side) (dialErr, listenErr error) {
 	t.Helper()
-	a, b := tcpPair(t)
-	defer a.Close()
-	defer b.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	a.SetDeadline(deadline)
-	b.SetDeadline(deadline)
-	done := make(chan error, 1)
-	go func() {
-		err := proveMembership(b, listener.key, false, []byte(listener.self), []byte(listener.other))
-		if err != nil {
-			b.Close() // as proofTransport does
-		}
-		done <- err
-	}()
-	dialErr = proveMembership(a, dialer.key, true, []byte(dialer.self), []byte(dialer.other))
-	if dialErr != nil {
-		a.Close()
-	}
-	return dialErr, <-done
+	return runBoth(t,
+		func(c net.Conn) error {
+			return proveMembership(c, dialer.key, true, []byte(dialer.self), []byte(dialer.other))
+		},
+		func(c net.Conn) error {
+			return proveMembership(c, listener.key, false, []byte(listener.self), []byte(listener.other))
+		})
 }
 
 func TestProof(t *testing.T) {
