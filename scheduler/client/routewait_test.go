@@ -32,8 +32,16 @@ func TestRouteWait(t *testing.T) {
 		return len(s.srv.State().Peers(time.Now())) == 2
 	})
 	var announced atomic.Int64 // Unix ns
+	wasHeld := make(chan bool, 1)
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		// Announce once b's route is held (or after 5 s, failing below).
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		held := false
+		for start := time.Now(); !held && time.Since(start) < 5*time.Second; <-tick.C {
+			held = s.srv.HeldRoutes() == 1
+		}
+		wasHeld <- held
 		announced.Store(time.Now().UnixNano())
 		a.Announce(blob1, []uint32{4})
 	}()
@@ -43,6 +51,9 @@ func TestRouteWait(t *testing.T) {
 	}
 	if len(r.Parents) != 1 || r.Parents[0].Info.ID != ha.ID() {
 		t.Fatalf("b's held route: got %+v, want a as the parent", r)
+	}
+	if !<-wasHeld {
+		t.Error("b's route was never held")
 	}
 	after := time.Since(time.Unix(0, announced.Load()))
 	if after > 4*time.Second {

@@ -18,7 +18,7 @@ type metrics struct {
 	expired      prometheus.Counter
 }
 
-func newMetrics(state *scheduler.State) *metrics {
+func newMetrics(state *scheduler.State, held func() int) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -57,6 +57,8 @@ func newMetrics(state *scheduler.State) *metrics {
 		gauge("origin_fetches", "Chunks being fetched from origin.", func(s scheduler.Stats) int { return s.OriginFetches }),
 		gauge("bans", "Peers banned.", func(s scheduler.Stats) int { return s.Bans }),
 		gauge("leases", "Assignments not yet reported on or timed out.", func(s scheduler.Stats) int { return s.Leases }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "damselfly_scheduler_held_routes", Help: "Route-waits held now."},
+			func() float64 { return float64(held()) }),
 	)
 	return m
 }

@@ -56,7 +56,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, state: state, perPeer: make(map[peer.ID]int), watches: newWatches(), quit: make(chan struct{})}
-	s.metrics = newMetrics(state)
+	s.metrics = newMetrics(state, s.HeldRoutes)
 	hc := cfg.Host.HostConfig()
 	hc.Registerer = s.metrics.reg
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -81,6 +81,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	return s, nil
 }
+
+// HeldRoutes returns how many RouteWait requests the server holds now.
+func (s *Server) HeldRoutes() int { return s.watches.len() }
 
 // State returns the scheduler core the server drives.
 func (s *Server) State() *scheduler.State { return s.state }

@@ -66,6 +66,13 @@ func (ws *watches) add(p peer.ID, blob rafs.Digest, chunks []uint32) *watch {
 	return w
 }
 
+// len returns how many routes are held now.
+func (ws *watches) len() int {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.n
+}
+
 // remove stops w, which add returned for p and blob.
 func (ws *watches) remove(p peer.ID, blob rafs.Digest, w *watch) {
 	ws.mu.Lock()

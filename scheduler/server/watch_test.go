@@ -34,13 +34,6 @@ func startRouteWait(t *testing.T, h *dhost.Host, s *Server, req *wire.RouteWait)
 	return out
 }
 
-// heldRoutes is how many routes s holds now.
-func heldRoutes(s *Server) int {
-	s.watches.mu.Lock()
-	defer s.watches.mu.Unlock()
-	return s.watches.n
-}
-
 type errUnexpected struct{ m wire.Message }
 
 func (e errUnexpected) Error() string { return "unexpected response " + e.m.Type().String() }
@@ -65,7 +58,7 @@ func TestRouteWaitHeldUntilAnnounced(t *testing.T) {
 		t.Fatalf("a's route: got %+v, want its origin turn for chunk 0", ans)
 	}
 	held := startRouteWait(t, b, s, &wire.RouteWait{Blob: blobA, Chunks: []uint32{0}, MaxWait: 8 * time.Second})
-	eventually(t, "b's route to be held", func() bool { return heldRoutes(s) == 1 })
+	eventually(t, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
 	// An announcement of another chunk does not answer it.
 	wantOK(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{5}}))
 	select {
@@ -86,7 +79,7 @@ func TestRouteWaitHeldUntilAnnounced(t *testing.T) {
 		t.Errorf("b's route was answered %v after the announcement, want well before the 8 s retry", after)
 	}
 	t.Logf("held route answered %v after the announcement (%v in all)", time.Since(announced).Round(time.Millisecond), r.took.Round(time.Millisecond))
-	if left := heldRoutes(s); left != 0 {
+	if left := s.HeldRoutes(); left != 0 {
 		t.Errorf("%d watches left, want 0", left)
 	}
 }
@@ -117,7 +110,7 @@ func TestRouteWaitTimesOutAndAbandon(t *testing.T) {
 	}
 
 	held := startRouteWait(t, b, s, &wire.RouteWait{Blob: blobA, Chunks: []uint32{3}, MaxWait: 8 * time.Second})
-	eventually(t, "b's route to be held", func() bool { return heldRoutes(s) == 1 })
+	eventually(t, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
 	wantOK(t, request(t, a, s, &wire.Abandon{Blob: blobA, Chunks: []uint32{3}}))
 	r = <-held
 	if r.err != nil {
@@ -153,7 +146,7 @@ func TestRouteWaitFreesStreamSlot(t *testing.T) {
 	}
 	eventually(t, "b's register stream to be released", released)
 	held := startRouteWait(t, b, s, &wire.RouteWait{Blob: blobA, Chunks: []uint32{1}, MaxWait: 8 * time.Second})
-	eventually(t, "b's route to be held", func() bool { return heldRoutes(s) == 1 })
+	eventually(t, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
 	eventually(t, "the held route to give back its slot", released)
 	wantOK(t, request(t, b, s, &wire.Heartbeat{}))
 	wantOK(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{1}}))
