@@ -62,7 +62,7 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 			case len(res.Unanswered) > 0:
 				o.BadChunk = res.Unanswered[0].Ordinal
 			}
-			n.avoidPeer(p.ID)
+			// Avoided below, once the report is queued.
 			n.m.badPeer()
 			n.log.Warn("peer sent bad bytes; avoiding it", "peer", p.ID, "blob", g.blob, "chunk", o.BadChunk, "err", err)
 		case won:
@@ -86,6 +86,15 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 	o.Duration = time.Since(start)
 	if assigned && !cancelled {
 		n.router.Report(p.ID, o)
+	}
+	if o.BadBytes {
+		// After the report: a round that meets the avoided peer gives its
+		// new assignment back with a report of its own, and the scheduler
+		// matches a report without a chunk to the oldest assignment to
+		// that peer, which could be this one; this report, which names
+		// the bad chunk, would then match none and its accusation be
+		// lost (seen in TestCorruptPeerIsBanned).
+		n.avoidPeer(p.ID)
 	}
 }
 
