@@ -49,7 +49,10 @@ type BuildOptions struct {
 	Dict *Bootstrap
 	// Prefetch lists paths or path.Match globs (absolute, from the image
 	// root) of files to put in the prefetch table; a directory stands for
-	// every file below it.
+	// every file below it. The contents of those files, from every layer,
+	// are stored in one blob of their own, the prefetch blob, packed
+	// together in tar order: a mount fetches them first in a few range
+	// requests, and no chunk it fetches for them carries other files.
 	Prefetch []string
 	// BlobDir receives new blobs, each named by its digest's hex.
 	BlobDir string
@@ -68,9 +71,11 @@ type BuildStats struct {
 	ContentBytes uint64 // file bytes read from all layers
 	Pieces       int    // chunks cut from those bytes
 	NewChunks    int    // chunks stored in new blobs
-	DictChunks   int    // chunks referenced in the dictionary's blobs
-	StoredBytes  uint64 // bytes written to new blobs
-	RawBytes     uint64 // uncompressed bytes of the new chunks
+	// PrefetchChunks of the new chunks are in the prefetch blob.
+	PrefetchChunks int
+	DictChunks     int    // chunks referenced in the dictionary's blobs
+	StoredBytes    uint64 // bytes written to new blobs
+	RawBytes       uint64 // uncompressed bytes of the new chunks
 }
 
 // BuildResult is the output of Build.
@@ -84,7 +89,10 @@ type BuildResult struct {
 	LayerBlobs []int
 	// DictBlobs lists indexes in Blobs that come from the dictionary.
 	DictBlobs []int
-	Stats     BuildStats
+	// PrefetchBlob is the index in Blobs of the blob holding the
+	// prefetch files' new chunks, or -1 when there is none.
+	PrefetchBlob int
+	Stats        BuildStats
 }
 
 func (o *BuildOptions) defaults() error {
@@ -144,10 +152,13 @@ type builder struct {
 	pieceChunk []uint32
 	seen       sync.Map // digests already stored or in the dictionary
 	stats      BuildStats
+	hot        *prefetchSet // files whose chunks go to the prefetch blob
+	hotBlob    int          // the prefetch blob's index in blobs, or -1
 
 	// Reader side (the tar-reading goroutine only).
 	readBytes uint64
-	batch     *pendingBatch
+	batch     *pendingBatch       // small files of one directory
+	hotBatch  *pendingBatch       // small prefetch files, of any directory
 	small     map[Digest]smallRef // small file contents already placed
 	scratch   []byte
 }
@@ -179,7 +190,12 @@ func Build(ctx context.Context, layers []LayerSource, opts BuildOptions) (*Build
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	b := &builder{opts: opts, chunkIdx: map[Digest]uint32{}, dictBlobs: map[uint32]int{}, small: map[Digest]smallRef{}}
+	hot, err := compilePrefetch(opts.Prefetch)
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{opts: opts, chunkIdx: map[Digest]uint32{}, dictBlobs: map[uint32]int{}, small: map[Digest]smallRef{},
+		hot: hot, hotBlob: -1}
 	if err := b.loadDict(); err != nil {
 		return nil, err
 	}
@@ -234,10 +250,7 @@ func Build(ctx context.Context, layers []LayerSource, opts BuildOptions) (*Build
 	b.stats.Layers = len(layers)
 	b.stats.ContentBytes = b.readBytes
 
-	prefetch, err := matchPrefetch(t, opts.Prefetch)
-	if err != nil {
-		return nil, err
-	}
+	prefetch := matchPrefetch(t, hot)
 	countTree(t, &b.stats)
 	boot, err := t.encode(encodeInput{
 		chunkSize: opts.ChunkSize, compressor: opts.compressor(), chunks: b.chunks,
@@ -246,7 +259,7 @@ func Build(ctx context.Context, layers []LayerSource, opts BuildOptions) (*Build
 	if err != nil {
 		return nil, err
 	}
-	res := &BuildResult{Bootstrap: boot, Blobs: b.blobs, LayerBlobs: b.layerBlobs, Stats: b.stats}
+	res := &BuildResult{Bootstrap: boot, Blobs: b.blobs, LayerBlobs: b.layerBlobs, PrefetchBlob: b.hotBlob, Stats: b.stats}
 	for _, i := range b.dictBlobs {
 		res.DictBlobs = append(res.DictBlobs, i)
 	}
@@ -310,8 +323,9 @@ func (b *builder) readLayer(ctx context.Context, t *tree, layer int, l LayerSour
 			continue
 		}
 		b.readBytes += in.size
+		hot := b.hot.covers(path.Clean("/" + h.Name))
 		if b.opts.BatchSize > 0 && in.size > 0 && in.size < uint64(b.opts.BatchSize/4) {
-			if err := b.addSmall(ctx, layer, in, tr, h.Name, seq, jobs, ordered, bufs); err != nil {
+			if err := b.addSmall(ctx, layer, in, tr, h.Name, hot, seq, jobs, ordered, bufs); err != nil {
 				return err
 			}
 			continue
@@ -331,13 +345,15 @@ func (b *builder) readLayer(ctx context.Context, t *tree, layer int, l LayerSour
 			if b.opts.Progress != nil {
 				b.opts.Progress(int64(n))
 			}
-			if err := b.send(ctx, bp, layer, seq, jobs, ordered); err != nil {
+			if err := b.send(ctx, bp, layer, hot, seq, jobs, ordered); err != nil {
 				return err
 			}
 		}
 	}
-	if err := b.flushBatch(ctx, layer, seq, jobs, ordered); err != nil {
-		return err
+	for _, hot := range []bool{false, true} {
+		if err := b.flushBatch(ctx, layer, hot, seq, jobs, ordered); err != nil {
+			return err
+		}
 	}
 	// Read to the end so the source can check its digest, then let it.
 	if _, err := io.Copy(io.Discard, rc); err != nil {
@@ -355,11 +371,12 @@ func (b *builder) readLayer(ctx context.Context, t *tree, layer int, l LayerSour
 }
 
 // send hands one piece to the workers and, in order, to the writer.
-func (b *builder) send(ctx context.Context, bp *[]byte, layer int, seq *uint32, jobs, ordered chan<- *piece) error {
+// A hot piece belongs in the prefetch blob.
+func (b *builder) send(ctx context.Context, bp *[]byte, layer int, hot bool, seq *uint32, jobs, ordered chan<- *piece) error {
 	if *seq == 1<<32-1 {
 		return fmt.Errorf("more than %d chunks", uint32(1<<32-1))
 	}
-	p := &piece{seq: *seq, layer: layer, buf: bp, done: make(chan struct{})}
+	p := &piece{seq: *seq, layer: layer, hot: hot, buf: bp, done: make(chan struct{})}
 	*seq++
 	select {
 	case ordered <- p:
@@ -374,9 +391,10 @@ func (b *builder) send(ctx context.Context, bp *[]byte, layer int, seq *uint32, 
 	return nil
 }
 
-// addSmall reads a small file into the current batch (or points it at an
-// identical small file already placed).
-func (b *builder) addSmall(ctx context.Context, layer int, in *inode, r io.Reader, name string, seq *uint32, jobs, ordered chan<- *piece, bufs *sync.Pool) error {
+// addSmall reads a small file into the current batch, or the current
+// prefetch batch when hot (or points it at an identical small file
+// already placed).
+func (b *builder) addSmall(ctx context.Context, layer int, in *inode, r io.Reader, name string, hot bool, seq *uint32, jobs, ordered chan<- *piece, bufs *sync.Pool) error {
 	if cap(b.scratch) < int(in.size) {
 		b.scratch = make([]byte, b.opts.BatchSize/4)
 	}
@@ -396,22 +414,38 @@ func (b *builder) addSmall(ctx context.Context, layer int, in *inode, r io.Reade
 	// A batch holds files of one directory: inserting a file elsewhere in
 	// a new version of the layer then moves no other batch's boundaries,
 	// so the rest still dedup against the old version's chunks.
+	// Prefetch files are packed whatever their directory: what matters
+	// for them is that a batch holds nothing else.
 	dir := path.Dir(path.Clean("/" + name))
-	if b.batch != nil && (len(*b.batch.buf)+len(d) > b.opts.BatchSize || b.batch.dir != dir) {
-		if err := b.flushBatch(ctx, layer, seq, jobs, ordered); err != nil {
+	if hot {
+		dir = ""
+	}
+	cur := b.batchOf(hot)
+	if *cur != nil && (len(*(*cur).buf)+len(d) > b.opts.BatchSize || (*cur).dir != dir) {
+		if err := b.flushBatch(ctx, layer, hot, seq, jobs, ordered); err != nil {
 			return err
 		}
 	}
-	if b.batch == nil {
+	if *cur == nil {
 		bp := bufs.Get().(*[]byte)
 		*bp = (*bp)[:0]
-		b.batch = &pendingBatch{buf: bp, dir: dir}
+		*cur = &pendingBatch{buf: bp, dir: dir}
 	}
-	in.batchOff = uint32(len(*b.batch.buf))
-	*b.batch.buf = append(*b.batch.buf, d...)
-	b.small[sum] = smallRef{b: b.batch, off: in.batchOff}
-	b.pointAt(in, b.batch)
+	pb := *cur
+	in.batchOff = uint32(len(*pb.buf))
+	*pb.buf = append(*pb.buf, d...)
+	b.small[sum] = smallRef{b: pb, off: in.batchOff}
+	b.pointAt(in, pb)
 	return nil
+}
+
+// batchOf returns the batch being filled with small files: the prefetch
+// files' one when hot.
+func (b *builder) batchOf(hot bool) **pendingBatch {
+	if hot {
+		return &b.hotBatch
+	}
+	return &b.batch
 }
 
 func (b *builder) pointAt(in *inode, pb *pendingBatch) {
@@ -422,44 +456,45 @@ func (b *builder) pointAt(in *inode, pb *pendingBatch) {
 	pb.inodes = append(pb.inodes, in)
 }
 
-// flushBatch sends the current batch, if any, as one piece.
-func (b *builder) flushBatch(ctx context.Context, layer int, seq *uint32, jobs, ordered chan<- *piece) error {
-	pb := b.batch
+// flushBatch sends the current batch (the prefetch one when hot), if
+// any, as one piece.
+func (b *builder) flushBatch(ctx context.Context, layer int, hot bool, seq *uint32, jobs, ordered chan<- *piece) error {
+	cur := b.batchOf(hot)
+	pb := *cur
 	if pb == nil {
 		return nil
 	}
-	b.batch = nil
+	*cur = nil
 	pb.seq, pb.sent = *seq, true
 	for _, in := range pb.inodes {
 		in.pieces = []uint32{pb.seq}
 	}
 	pb.inodes = nil
-	return b.send(ctx, pb.buf, layer, seq, jobs, ordered)
+	return b.send(ctx, pb.buf, layer, hot, seq, jobs, ordered)
 }
 
 // write consumes pieces in order: dedups them, appends new ones to the
-// current layer's blob and records every piece's chunk index.
+// current layer's blob (hot ones to the prefetch blob, which stays open
+// across layers) and records every piece's chunk index.
 func (b *builder) write(ctx context.Context, ordered <-chan *piece, bufs, outs *sync.Pool) error {
-	var bw *blobWriter
+	var bw, hw *blobWriter
 	defer func() {
-		if bw != nil {
-			bw.abort()
+		for _, w := range []*blobWriter{bw, hw} {
+			if w != nil {
+				w.abort()
+			}
 		}
 	}()
 	for p := range ordered {
 		if p.end {
 			idx := -1
 			if bw != nil {
-				d, err := bw.finish()
-				if err != nil {
-					bw = nil
+				w := bw
+				bw = nil
+				if err := b.finishBlob(w); err != nil {
 					return err
 				}
-				idx = int(bw.index)
-				b.blobs[idx] = Blob{Index: bw.index, Digest: d, CompressedSize: bw.size, UncompressedSize: bw.raw, ChunkCount: bw.n}
-				b.stats.StoredBytes += bw.size
-				b.stats.RawBytes += bw.raw
-				bw = nil
+				idx = int(w.index)
 			}
 			b.layerBlobs = append(b.layerBlobs, idx)
 			continue
@@ -469,9 +504,17 @@ func (b *builder) write(ctx context.Context, ordered <-chan *piece, bufs, outs *
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		idx, err := b.place(p, &bw)
+		w := &bw
+		if p.hot {
+			w = &hw
+		}
+		before := b.stats.NewChunks
+		idx, err := b.place(p, w)
 		if err != nil {
 			return err
+		}
+		if p.hot && b.stats.NewChunks > before {
+			b.stats.PrefetchChunks++
 		}
 		b.pieceChunk = append(b.pieceChunk, idx)
 		b.stats.Pieces++
@@ -481,6 +524,29 @@ func (b *builder) write(ctx context.Context, ordered <-chan *piece, bufs, outs *
 			outs.Put(&s)
 		}
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if hw != nil {
+		w := hw
+		hw = nil
+		if err := b.finishBlob(w); err != nil {
+			return err
+		}
+		b.hotBlob = int(w.index)
+	}
+	return nil
+}
+
+// finishBlob completes w and fills its slot in the blob table.
+func (b *builder) finishBlob(w *blobWriter) error {
+	d, err := w.finish()
+	if err != nil {
+		return err
+	}
+	b.blobs[w.index] = Blob{Index: w.index, Digest: d, CompressedSize: w.size, UncompressedSize: w.raw, ChunkCount: w.n}
+	b.stats.StoredBytes += w.size
+	b.stats.RawBytes += w.raw
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 type piece struct {
 	seq   uint32
 	layer int
+	hot   bool    // content of prefetch files: stored in the prefetch blob
 	buf   *[]byte // content; len is the chunk size
 	// end marks the end of a layer instead of content.
 	end bool

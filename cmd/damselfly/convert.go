@@ -109,6 +109,9 @@ func printConvert(r *convert.Result) {
 	fmt.Printf("  content    %s in %d chunks, %d new, %d from dictionary\n", humanBytes(int64(s.ContentBytes)), s.Pieces, s.NewChunks, s.DictChunks)
 	fmt.Printf("  stored     %s new blobs (source layers %s), bootstrap %s (%s compressed)\n",
 		humanBytes(r.NewBlobBytes), humanBytes(r.SourceLayers), humanBytes(r.BootstrapBytes), humanBytes(r.BootstrapLayer))
+	if s.PrefetchChunks > 0 {
+		fmt.Printf("  prefetch   %d of the new chunks in the prefetch blob\n", s.PrefetchChunks)
+	}
 }
 
 // transportOptions reads the registry settings shared by every command.

@@ -24,9 +24,12 @@ func TestConformanceWithUmoci(t *testing.T) {
 		name  string
 		chunk int
 		large bool
+		// prefetch patterns: the files they name are stored in a blob of
+		// their own, which must not change what unpacks.
+		prefetch []string
 	}{
-		{"1MiB", 1 << 20, !testing.Short()},
-		{"64KiB", 64 << 10, false},
+		{"1MiB", 1 << 20, !testing.Short(), nil},
+		{"64KiB", 64 << 10, false, []string{"/*[aeiou]*", "/*/*[0-9]*"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -36,6 +39,12 @@ func TestConformanceWithUmoci(t *testing.T) {
 			if err := rafstest.WriteOCILayout(ctx, layout, imgs...); err != nil {
 				t.Fatal(err)
 			}
+			prefetchChunks := 0
+			defer func() {
+				if tc.prefetch != nil && prefetchChunks == 0 && !t.Failed() {
+					t.Errorf("patterns %q put no chunk of the corpus in a prefetch blob", tc.prefetch)
+				}
+			}()
 			for _, img := range imgs {
 				t.Run(img.Name, func(t *testing.T) {
 					want, err := rafstest.UmociUnpack(ctx, layout, img.Name, filepath.Join(dir, "umoci-"+img.Name))
@@ -43,11 +52,13 @@ func TestConformanceWithUmoci(t *testing.T) {
 						t.Fatal(err)
 					}
 					dst := "oci:" + layout + ":" + img.Name + "-rafs"
-					if _, err := convert.Convert(ctx, "oci:"+layout+":"+img.Name, dst, convert.Options{
-						Build: rafs.BuildOptions{ChunkSize: uint32(tc.chunk)}, WorkDir: dir,
-					}); err != nil {
+					res, err := convert.Convert(ctx, "oci:"+layout+":"+img.Name, dst, convert.Options{
+						Build: rafs.BuildOptions{ChunkSize: uint32(tc.chunk), Prefetch: tc.prefetch}, WorkDir: dir,
+					})
+					if err != nil {
 						t.Fatal(err)
 					}
+					prefetchChunks += res.Stats.PrefetchChunks
 					ri, err := image.Open(ctx, dst, image.Options{Transport: transport.Options{}})
 					if err != nil {
 						t.Fatal(err)
