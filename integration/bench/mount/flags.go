@@ -75,6 +75,9 @@ func parseRate(s string) (int64, error) {
 
 // coldConfig is a mount configuration tried for the cold read.
 type coldConfig struct {
+	// Tag is the RAFS tag mounted: rafs (default), or rafs-startup, the
+	// image converted with its startup set as prefetch patterns.
+	Tag         string `json:"tag,omitempty"`
 	Name        string `json:"name"`
 	AmplifyIO   int    `json:"amplify_io"`
 	PrefetchAll bool   `json:"prefetch_all"`

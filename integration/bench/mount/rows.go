@@ -78,6 +78,15 @@ func (h *harness) imageRows(res results, p profile, bi *benchImage) []bench.Row 
 		rows = append(rows, timeRow(fmt.Sprintf("startup read (%d files, %s, one by one) from daemon start", len(bi.Startup), mib(bi.StartupBytes)),
 			"startup", TargetStartup, "≤ 0.15x", ss, text, h.repro(p, bi, "startup", "")+" ; "+mountCmd+" ; "+baseCmd))
 	}
+	if ss := res.get(p, bi, "startup-trace"); len(ss) > 0 && bi.ConvertStartup != nil {
+		text := fmt.Sprintf("%.2f s (ready %.2f s; fetched %s; %d chunks in the prefetch blob)", med(ss, func(s sample) float64 { return s.Seconds }),
+			med(ss, func(s sample) float64 { return s.Ready }), mib(int64(med(ss, func(s sample) float64 { return float64(s.Fetched) }))),
+			bi.ConvertStartup.Stats.PrefetchChunks)
+		cmd := fmt.Sprintf("%s ; damselfly convert oci:LAYOUT docker://PROXY/%s:rafs-startup --prefetch-patterns STARTUP-SET ; damselfly mount docker://PROXY/%s:rafs-startup MNT --config C ; %s",
+			h.repro(p, bi, "startup", ""), bi.Repo, bi.Repo, baseCmd)
+		rows = append(rows, timeRow(fmt.Sprintf("startup read (%d files, %s, one by one) from daemon start, image converted with the startup set as --prefetch-patterns", len(bi.Startup), mib(bi.StartupBytes)),
+			"startup-trace", TargetStartup, "≤ 0.15x", ss, text, cmd))
+	}
 	if ss := res.get(p, bi, "python"); len(ss) > 0 {
 		d := med(ss, func(s sample) float64 { return s.Seconds })
 		bp := med(base, func(s sample) float64 { return s.Seconds + s.Python })

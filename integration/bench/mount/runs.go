@@ -30,7 +30,11 @@ func (h *harness) mountRun(ctx context.Context, px *shaper.Proxy, bi *benchImage
 	}
 	off := h.reg.logOffset()
 	mc := mountConfig{Shaper: px.Addr(), Repo: bi.Repo, CacheDir: cacheDir, AmplifyIO: cfg.AmplifyIO, PrefetchAll: cfg.PrefetchAll}
-	d, err := startDaemon(h.bin, "rafs", mp, mc, filepath.Join(logs, fmt.Sprintf("%03d-%s.log", runSeq, bi.Name)))
+	tag := cfg.Tag
+	if tag == "" {
+		tag = "rafs"
+	}
+	d, err := startDaemon(h.bin, tag, mp, mc, filepath.Join(logs, fmt.Sprintf("%03d-%s.log", runSeq, bi.Name)))
 	if err != nil {
 		return sample{}, err
 	}
