@@ -153,11 +153,8 @@ var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
 func getScratch() *[]byte  { return scratchPool.Get().(*[]byte) }
 func putScratch(b *[]byte) { scratchPool.Put(b) }
 
-// verify decodes stored as c describes it into scratch's buffer (grown if
-// needed) and checks it against c.Digest.
+// verify checks stored, as c describes it, against c.Digest, decoding
+// into scratch's buffer (grown if needed) when it is compressed.
 func verify(c rafs.Chunk, stored []byte, scratch *[]byte) error {
-	if cap(*scratch) < int(c.Size) {
-		*scratch = make([]byte, c.Size)
-	}
-	return rafs.DecodeChunk(c, stored, (*scratch)[:c.Size])
+	return rafs.VerifyChunk(c, stored, scratch)
 }

@@ -88,6 +88,26 @@ func DecodeChunk(c Chunk, stored, dst []byte) error {
 	return nil
 }
 
+// VerifyChunk checks stored, chunk c as a blob stores it, against
+// c.Digest without keeping the plain bytes: a raw chunk is hashed where
+// it lies (no copy), a compressed one is decoded into *scratch (grown
+// as needed) and checked as DecodeChunk does.
+func VerifyChunk(c Chunk, stored []byte, scratch *[]byte) error {
+	if c.Compressed() {
+		if cap(*scratch) < int(c.Size) {
+			*scratch = make([]byte, c.Size)
+		}
+		return DecodeChunk(c, stored, (*scratch)[:c.Size])
+	}
+	if len(stored) != int(c.CompressedSize) || len(stored) != int(c.Size) {
+		return fmt.Errorf("chunk %s: %d stored bytes of a raw chunk of %d (%d recorded)", c.Digest, len(stored), c.Size, c.CompressedSize)
+	}
+	if sha256.Sum256(stored) != c.Digest {
+		return fmt.Errorf("chunk %s: %w", c.Digest, ErrDigestMismatch)
+	}
+	return nil
+}
+
 // BlobChunkSource reads chunks through a BlobReader, one range per chunk,
 // decoding and verifying each.
 type BlobChunkSource struct {

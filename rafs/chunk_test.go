@@ -99,3 +99,48 @@ func enc2(t *testing.T, p []byte) []byte {
 	defer enc.Close()
 	return enc.EncodeAll(p, nil)
 }
+
+// VerifyChunk accepts exactly what DecodeChunk accepts, raw or
+// compressed, and hashes a raw chunk without copying it.
+func TestVerifyChunk(t *testing.T) {
+	plain := bytes.Repeat([]byte("damselfly "), 10000)
+	d := sha256.Sum256(plain)
+	raw := Chunk{Digest: d, Size: uint32(len(plain)), CompressedSize: uint32(len(plain))}
+	z := enc2(t, plain)
+	comp := Chunk{Digest: d, Size: uint32(len(plain)), CompressedSize: uint32(len(z)), Flags: ChunkCompressed}
+	flipped := bytes.Clone(plain)
+	flipped[5000] ^= 1
+	zBad := bytes.Clone(z)
+	zBad[len(zBad)/2] ^= 0xff
+	short := raw
+	short.CompressedSize--
+	var scratch []byte
+	for _, tc := range []struct {
+		name   string
+		c      Chunk
+		stored []byte
+		ok     bool
+	}{
+		{"raw", raw, plain, true},
+		{"compressed", comp, z, true},
+		{"raw, a bit flipped", raw, flipped, false},
+		{"raw, one byte short", short, plain[:len(plain)-1], false},
+		{"raw, longer than recorded", raw, append(bytes.Clone(plain), 0), false},
+		{"compressed, damaged", comp, zBad, false},
+		{"compressed bytes described as raw", Chunk{Digest: d, Size: uint32(len(z)), CompressedSize: uint32(len(z))}, z, false},
+	} {
+		err := VerifyChunk(tc.c, tc.stored, &scratch)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err = %v, want ok %v", tc.name, err, tc.ok)
+		}
+		if len(tc.stored) == int(tc.c.Size) {
+			dst := make([]byte, tc.c.Size)
+			if derr := DecodeChunk(tc.c, tc.stored, dst); (derr == nil) != (err == nil) {
+				t.Errorf("%s: VerifyChunk %v, DecodeChunk %v", tc.name, err, derr)
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(5, func() { _ = VerifyChunk(raw, plain, &scratch) }); n != 0 {
+		t.Errorf("verifying a raw chunk allocates %v times", n)
+	}
+}

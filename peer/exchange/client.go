@@ -154,10 +154,7 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 			return fmt.Errorf("chunk %d (%s): read %d stored bytes: %w", i, c.Digest, n, err)
 		}
 		sc := served(c, compressed, n)
-		if cap(*dp) < int(c.Size) {
-			*dp = make([]byte, c.Size)
-		}
-		if err := rafs.DecodeChunk(sc, stored, (*dp)[:c.Size]); err != nil {
+		if err := rafs.VerifyChunk(sc, stored, dp); err != nil {
 			res.Bad = []rafs.Chunk{c}
 			res.Unanswered = chunks[i+1:]
 			return fmt.Errorf("%w: chunk %d: %w", ErrBadChunk, i, err)

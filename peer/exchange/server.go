@@ -261,10 +261,7 @@ func (s *Server) lookup(blob rafs.Digest, c rafs.Chunk, bp, scratch *[]byte) []b
 	}
 	sc := served(c, m.Compressed, m.StoredSize)
 	if scratch != nil {
-		if cap(*scratch) < int(c.Size) {
-			*scratch = make([]byte, c.Size)
-		}
-		if err := rafs.DecodeChunk(sc, stored, (*scratch)[:c.Size]); err != nil {
+		if err := rafs.VerifyChunk(sc, stored, scratch); err != nil {
 			s.n.corrupt.Add(1)
 			s.log.Warn("exchange: cached chunk fails verification; dropping it", "digest", c.Digest, "err", err)
 			if r, ok := s.store.(remover); ok && r.Remove(c.Digest) == nil {
