@@ -34,6 +34,14 @@ type Config struct {
 	// OriginTimeout is how long a designated fetcher has to announce the
 	// chunk before its turn is given to the next peer that asks.
 	OriginTimeout time.Duration
+	// OriginTurnsPerPeer bounds the origin turns one peer holds at once
+	// while other peers want the same blob: past it, the peer is told to
+	// wait briefly (originDefer) and the turns go to the next peer that
+	// asks, so the first copies of a blob's chunks reach the cluster
+	// through several downlinks and are relayed from several uplinks, not
+	// all from the first peer to ask. A peer alone with a blob is not
+	// bounded. 0 means no bound.
+	OriginTurnsPerPeer int
 	// WaitRetry is the longest "ask again after" given to a waiting peer.
 	WaitRetry time.Duration
 	// MaxWaiters bounds the peers remembered as waiting for one chunk (to
@@ -107,6 +115,7 @@ func Default() Config {
 		MaxHoldingBytesPerPeer: 16 << 20,
 		OriginFetchers:         1,
 		OriginTimeout:          30 * time.Second,
+		OriginTurnsPerPeer:     4,
 		WaitRetry:              time.Second,
 		MaxWaiters:             64,
 		LeaseTimeout:           30 * time.Second,
@@ -144,6 +153,9 @@ func (c Config) Validate() error {
 	positiveInt("MaxHoldingBytesPerPeer", c.MaxHoldingBytesPerPeer)
 	positiveInt("OriginFetchers", int64(c.OriginFetchers))
 	positiveDur("OriginTimeout", c.OriginTimeout)
+	if c.OriginTurnsPerPeer < 0 {
+		errs = append(errs, fmt.Errorf("OriginTurnsPerPeer: %d is negative", c.OriginTurnsPerPeer))
+	}
 	positiveDur("WaitRetry", c.WaitRetry)
 	positiveInt("MaxWaiters", int64(c.MaxWaiters))
 	positiveDur("LeaseTimeout", c.LeaseTimeout)

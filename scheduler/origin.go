@@ -36,9 +36,21 @@ func (s *State) prune(f *originFetch, now time.Time) {
 	})
 }
 
+const (
+	// originInterest is how recently another peer must have asked for a
+	// blob's unheld chunks for Config.OriginTurnsPerPeer to apply.
+	originInterest = 5 * time.Second
+	// originDefer is the RetryAfter of a chunk whose turn r was refused
+	// for holding enough turns while nobody holds one: the next peer to
+	// ask takes it, or r on asking again once its own turns are done.
+	originDefer = 100 * time.Millisecond
+)
+
 // originTurn decides who fetches unheld chunk c of b for requester r:
 // r itself (true), or the peers holding turns, whom r waits for (false).
-func (s *State) originTurn(b *blobState, r *peer, c uint32, now time.Time) (*originFetch, bool) {
+// With capped, r takes no new turn while it holds
+// Config.OriginTurnsPerPeer; it then waits for whoever takes the turn.
+func (s *State) originTurn(b *blobState, r *peer, c uint32, now time.Time, capped bool) (*originFetch, bool) {
 	if b.origin == nil {
 		b.origin = map[uint32]*originFetch{}
 	}
@@ -53,7 +65,7 @@ func (s *State) originTurn(b *blobState, r *peer, c uint32, now time.Time) (*ori
 			return f, true
 		}
 	}
-	if len(f.turns) < s.cfg.OriginFetchers {
+	if len(f.turns) < s.cfg.OriginFetchers && !(capped && len(f.turns) == 0 && r.fetching >= s.cfg.OriginTurnsPerPeer) {
 		f.turns = append(f.turns, fetchTurn{p: r, deadline: now.Add(s.cfg.OriginTimeout)})
 		r.fetching++
 		if i := slices.Index(f.waiters, r.id); i >= 0 {
@@ -70,6 +82,9 @@ func (s *State) originTurn(b *blobState, r *peer, c uint32, now time.Time) (*ori
 // retryAfter is how long a waiter for f should wait before asking again:
 // until the earliest turn ends, at most Config.WaitRetry.
 func (s *State) retryAfter(f *originFetch, now time.Time) time.Duration {
+	if len(f.turns) == 0 {
+		return originDefer
+	}
 	d := s.cfg.WaitRetry
 	for _, t := range f.turns {
 		d = min(d, t.deadline.Sub(now))

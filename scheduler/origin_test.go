@@ -182,3 +182,81 @@ func TestBannedRequesterTakesNoTurn(t *testing.T) {
 		t.Fatalf("r1 made to wait for a banned peer: %s", describe(a))
 	}
 }
+
+// A peer holds at most OriginTurnsPerPeer origin turns while another
+// peer wants the same blob; the chunks past the bound are deferred
+// (a short wait with no fetcher) and go to the next peer that asks. A
+// peer alone with a blob takes every turn.
+func TestOriginTurnsSpread(t *testing.T) {
+	span := func(from, to uint32) []uint32 {
+		var out []uint32
+		for c := from; c <= to; c++ {
+			out = append(out, c)
+		}
+		return out
+	}
+	deferred := func(t *testing.T, a Answer, chunks []uint32) {
+		t.Helper()
+		if len(a.Wait) != 1 || len(a.Wait[0].Fetchers) != 0 || !slices.Equal(a.Wait[0].Chunks, chunks) || a.Wait[0].RetryAfter != originDefer {
+			t.Fatalf("want %v deferred: %s", chunks, describe(a))
+		}
+	}
+
+	t.Run("alone", func(t *testing.T) {
+		s := newState(t, func(c *Config) { c.OriginTurnsPerPeer = 4 })
+		requesters(t, s, 2)
+		if a := mustParents(t, s, "r0", digest("b"), span(0, 9), t0); !slices.Equal(a.Origin, span(0, 9)) {
+			t.Fatalf("a lone peer was bounded: %s", describe(a))
+		}
+		// Another peer asking about another blob does not count.
+		mustParents(t, s, "r1", digest("other"), []uint32{0}, t0)
+		if a := mustParents(t, s, "r0", digest("b"), span(10, 15), t0); !slices.Equal(a.Origin, span(10, 15)) {
+			t.Fatalf("bounded by interest in another blob: %s", describe(a))
+		}
+	})
+
+	t.Run("shared", func(t *testing.T) {
+		s := newState(t, func(c *Config) { c.OriginTurnsPerPeer = 4 })
+		requesters(t, s, 3)
+		b := digest("b")
+		if a := mustParents(t, s, "r1", b, []uint32{0}, t0); !slices.Equal(a.Origin, []uint32{0}) {
+			t.Fatalf("r1: %s", describe(a))
+		}
+		a := mustParents(t, s, "r0", b, span(1, 9), at(time.Millisecond))
+		if !slices.Equal(a.Origin, span(1, 4)) {
+			t.Fatalf("r0 took %v, want 1..4: %s", a.Origin, describe(a))
+		}
+		deferred(t, a, span(5, 9))
+		// The next peer to ask takes the deferred turns, up to the bound
+		// (r1 holds one already), and r0 waits for it.
+		a = mustParents(t, s, "r1", b, span(5, 9), at(2*time.Millisecond))
+		if !slices.Equal(a.Origin, span(5, 7)) {
+			t.Fatalf("r1 took %v, want 5..7: %s", a.Origin, describe(a))
+		}
+		deferred(t, a, span(8, 9))
+		a = mustParents(t, s, "r0", b, span(5, 9), at(3*time.Millisecond))
+		if len(a.Origin) != 0 || len(a.Wait) != 2 {
+			t.Fatalf("r0 again: %s", describe(a))
+		}
+		// Its own turns done, r0 takes the rest.
+		mustAnnounce(t, s, "r0", b, span(1, 4), at(4*time.Millisecond))
+		if a := mustParents(t, s, "r0", b, []uint32{8, 9}, at(5*time.Millisecond)); !slices.Equal(a.Origin, []uint32{8, 9}) {
+			t.Fatalf("r0 after its turns: %s", describe(a))
+		}
+		// Interest lapses: once r1 has not asked for originInterest, r0 is
+		// alone again.
+		later := at(5*time.Millisecond + originInterest)
+		if a := mustParents(t, s, "r0", b, span(20, 29), later); !slices.Equal(a.Origin, span(20, 29)) {
+			t.Fatalf("r0 bounded after the others stopped asking: %s", describe(a))
+		}
+	})
+
+	t.Run("unbounded", func(t *testing.T) {
+		s := newState(t, func(c *Config) { c.OriginTurnsPerPeer = 0 })
+		requesters(t, s, 2)
+		mustParents(t, s, "r1", digest("b"), []uint32{0}, t0)
+		if a := mustParents(t, s, "r0", digest("b"), span(1, 9), t0); !slices.Equal(a.Origin, span(1, 9)) {
+			t.Fatalf("bounded with OriginTurnsPerPeer 0: %s", describe(a))
+		}
+	})
+}

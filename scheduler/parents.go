@@ -189,9 +189,10 @@ func (s *State) coordinate(ans *Answer, b *blobState, r *peer, chunks []uint32, 
 		w     Wait
 	}
 	var groups []group
+	capped := b.asked(r, now) && s.cfg.OriginTurnsPerPeer > 0
 next:
 	for _, c := range chunks {
-		f, mine := s.originTurn(b, r, c, now)
+		f, mine := s.originTurn(b, r, c, now, capped)
 		if mine {
 			ans.Origin = append(ans.Origin, c)
 			continue

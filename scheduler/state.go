@@ -163,6 +163,33 @@ type blobState struct {
 	// leased are the outstanding assignments of the blob's chunks:
 	// their requesters are the chunks' future holders.
 	leased leaseIndex
+	// askers are the last two distinct peers that asked for the blob's
+	// unheld chunks, and when: whether others want it too.
+	askers [2]asker
+}
+
+type asker struct {
+	p  *peer
+	at time.Time
+}
+
+// asked notes that r asked for b's unheld chunks at now, and reports
+// whether another live peer did within originInterest.
+func (b *blobState) asked(r *peer, now time.Time) bool {
+	other := false
+	for _, a := range b.askers {
+		if a.p != nil && a.p != r && !a.p.gone && now.Sub(a.at) < originInterest {
+			other = true
+		}
+	}
+	switch {
+	case b.askers[0].p == r:
+		b.askers[0].at = now
+	default:
+		b.askers[1] = b.askers[0]
+		b.askers[0] = asker{p: r, at: now}
+	}
+	return other
 }
 
 // holder is one peer's holding of one blob; its bitset is the row

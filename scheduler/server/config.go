@@ -60,6 +60,7 @@ type StateConfig struct {
 	MaxHoldingBytesPerPeer int64         `mapstructure:"max_holding_bytes_per_peer" yaml:"max_holding_bytes_per_peer"`
 	OriginFetchers         int           `mapstructure:"origin_fetchers" yaml:"origin_fetchers"`
 	OriginTimeout          time.Duration `mapstructure:"origin_timeout" yaml:"origin_timeout"`
+	OriginTurnsPerPeer     int           `mapstructure:"origin_turns_per_peer" yaml:"origin_turns_per_peer"`
 	WaitRetry              time.Duration `mapstructure:"wait_retry" yaml:"wait_retry"`
 	MaxWaiters             int           `mapstructure:"max_waiters" yaml:"max_waiters"`
 	LeaseTimeout           time.Duration `mapstructure:"lease_timeout" yaml:"lease_timeout"`
