@@ -104,7 +104,7 @@ func (n *Node) fetchRun(ctx context.Context, g *group, run originRun, turn bool)
 		defer putScratch(scratch)
 		for c := range arrived {
 			stored := buf[int64(c.CompressedOffset)-run.off:][:c.CompressedSize]
-			if err := verify(c, stored, scratch); err != nil {
+			if err := rafs.VerifyChunk(c, stored, scratch); err != nil {
 				bad = append(bad, c.Ordinal)
 				g.noteErr(fmt.Errorf("origin: chunk %d of blob %s: %w", c.Ordinal, g.blob, err))
 				continue
@@ -152,9 +152,3 @@ var scratchPool = sync.Pool{New: func() any { return new([]byte) }}
 
 func getScratch() *[]byte  { return scratchPool.Get().(*[]byte) }
 func putScratch(b *[]byte) { scratchPool.Put(b) }
-
-// verify checks stored, as c describes it, against c.Digest, decoding
-// into scratch's buffer (grown if needed) when it is compressed.
-func verify(c rafs.Chunk, stored []byte, scratch *[]byte) error {
-	return rafs.VerifyChunk(c, stored, scratch)
-}

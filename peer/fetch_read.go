@@ -126,7 +126,7 @@ func (n *Node) readCache(c rafs.Chunk) (rafs.Chunk, []byte, bool) {
 	}
 	scratch := getScratch()
 	defer putScratch(scratch)
-	if err := verify(sc, stored, scratch); err != nil {
+	if err := rafs.VerifyChunk(sc, stored, scratch); err != nil {
 		n.log.Warn("cached chunk fails verification; removing it", "chunk", c.Digest, "err", err)
 		_ = n.cache.Remove(c.Digest)
 		return c, nil, false

@@ -323,7 +323,7 @@ func (b *builder) readLayer(ctx context.Context, t *tree, layer int, l LayerSour
 			continue
 		}
 		b.readBytes += in.size
-		hot := b.hot.covers(path.Clean("/" + h.Name))
+		hot := !b.hot.empty() && b.hot.covers(path.Clean("/"+h.Name))
 		if b.opts.BatchSize > 0 && in.size > 0 && in.size < uint64(b.opts.BatchSize/4) {
 			if err := b.addSmall(ctx, layer, in, tr, h.Name, hot, seq, jobs, ordered, bufs); err != nil {
 				return err
@@ -508,13 +508,9 @@ func (b *builder) write(ctx context.Context, ordered <-chan *piece, bufs, outs *
 		if p.hot {
 			w = &hw
 		}
-		before := b.stats.NewChunks
 		idx, err := b.place(p, w)
 		if err != nil {
 			return err
-		}
-		if p.hot && b.stats.NewChunks > before {
-			b.stats.PrefetchChunks++
 		}
 		b.pieceChunk = append(b.pieceChunk, idx)
 		b.stats.Pieces++
@@ -534,6 +530,7 @@ func (b *builder) write(ctx context.Context, ordered <-chan *piece, bufs, outs *
 			return err
 		}
 		b.hotBlob = int(w.index)
+		b.stats.PrefetchChunks = int(w.n)
 	}
 	return nil
 }

@@ -182,10 +182,9 @@ func (b *blobState) asked(r *peer, now time.Time) bool {
 			other = true
 		}
 	}
-	switch {
-	case b.askers[0].p == r:
+	if b.askers[0].p == r {
 		b.askers[0].at = now
-	default:
+	} else {
 		b.askers[1] = b.askers[0]
 		b.askers[0] = asker{p: r, at: now}
 	}
