@@ -37,7 +37,9 @@ type Options struct {
 	// RAFS manifest, tagged as the destination.
 	Index     bool
 	Transport transport.Options
-	// WorkDir holds blobs while they are built; default os.TempDir.
+	// WorkDir holds blobs while they are built; default os.TempDir. On
+	// the file system of an oci: destination, the finished blobs are
+	// linked into the layout rather than copied.
 	WorkDir string
 	// Total, if set, is called once with the uncompressed size estimate
 	// (sum of layer sizes) before building, for progress bars.

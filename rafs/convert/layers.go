@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"damselfly/rafs"
+	"damselfly/rafs/transport"
 )
 
 // sourceLayers turns the source image's layers into build inputs and
@@ -168,7 +169,10 @@ type fileLayer struct {
 	mt     types.MediaType
 }
 
-var _ v1.Layer = (*fileLayer)(nil)
+var (
+	_ v1.Layer            = (*fileLayer)(nil)
+	_ transport.LocalFile = (*fileLayer)(nil)
+)
 
 func (f *fileLayer) Digest() (v1.Hash, error)             { return f.digest, nil }
 func (f *fileLayer) DiffID() (v1.Hash, error)             { return f.digest, nil }
@@ -176,6 +180,10 @@ func (f *fileLayer) Compressed() (io.ReadCloser, error)   { return os.Open(f.pat
 func (f *fileLayer) Uncompressed() (io.ReadCloser, error) { return os.Open(f.path) }
 func (f *fileLayer) Size() (int64, error)                 { return f.size, nil }
 func (f *fileLayer) MediaType() (types.MediaType, error)  { return f.mt, nil }
+
+// LocalFile lets an oci: destination link the finished file instead of
+// copying it (transport.LocalFile).
+func (f *fileLayer) LocalFile() string { return f.path }
 
 type bootstrapLayer struct {
 	fileLayer

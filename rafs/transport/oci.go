@@ -165,3 +165,64 @@ func ociAdd(dir string, obj partial.Describable, tag string) error {
 	im.Manifests = append(im.Manifests, entry)
 	return writeJSONAtomic(indexPath, im)
 }
+
+// LocalFile is implemented by a layer whose compressed form is a whole,
+// finished local file, such as a blob the converter has just built.
+// Writing an image to an oci: layout hard-links such a file into the
+// layout rather than copying it, when both are on one file system.
+type LocalFile interface {
+	LocalFile() string
+}
+
+// linkFile is os.Link; tests replace it to see the copy taken instead.
+var linkFile = os.Link
+
+// ociLinkBlobs hard-links into the layout at dir the layers of img that are
+// local files of the size they claim and that the layout does not hold yet,
+// so that writing img finds them in place. A layer it cannot link (another
+// file system, a file of another size) is left to the layout's copy: this
+// only spares the copy of a multi-gigabyte image's blobs.
+func ociLinkBlobs(dir string, img v1.Image) error {
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	for _, l := range layers {
+		lf, ok := l.(LocalFile)
+		if !ok {
+			continue
+		}
+		d, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		size, err := l.Size()
+		if err != nil {
+			return err
+		}
+		src := lf.LocalFile()
+		fi, err := os.Stat(src)
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
+			continue
+		}
+		blobs := filepath.Join(dir, "blobs", d.Algorithm)
+		dst := filepath.Join(blobs, d.Hex)
+		if _, err := os.Lstat(dst); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(blobs, 0o755); err != nil {
+			return err
+		}
+		// A converter's work files may be private to it; blobs in a
+		// layout are for everyone to read.
+		if fi.Mode().Perm() != 0o644 {
+			if err := os.Chmod(src, 0o644); err != nil {
+				continue
+			}
+		}
+		if err := linkFile(src, dst); err != nil && !errors.Is(err, fs.ErrExist) {
+			continue
+		}
+	}
+	return nil
+}

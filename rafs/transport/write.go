@@ -33,6 +33,9 @@ func writeImage(ctx context.Context, r Ref, img v1.Image, opts Options) error {
 		if err != nil {
 			return err
 		}
+		if err := ociLinkBlobs(r.Path, img); err != nil {
+			return err
+		}
 		if err := l.WriteImage(img); err != nil {
 			return err
 		}
