@@ -1,7 +1,6 @@
 package peer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -235,12 +234,6 @@ func (n *Node) fromCache(g *group) {
 			}
 		}
 	}
-}
-
-// arrived handles a verified chunk of g from a peer or the origin,
-// whose stored bytes are valid only during the call: see keep.
-func (n *Node) arrived(g *group, c rafs.Chunk, stored []byte, source string) {
-	n.keep(g, c, bytes.Clone(stored), source)
 }
 
 // keep handles a verified chunk of g, whose stored bytes it may keep (no

@@ -36,7 +36,7 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 			hg = n.startHedge(ctx, cancel, g, p.ID, batch)
 		}
 		res, err := exchange.Fetch(pctx, n.h, p.ID, g.blob, batch, func(c rafs.Chunk, stored []byte) error {
-			n.arrived(g, c, stored, sourcePeer)
+			n.keep(g, c, stored, sourcePeer) // stored is ours (exchange.Fetch)
 			hg.progress()
 			return nil
 		})

@@ -161,13 +161,15 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 		}
 		c := chunks[i]
 		c.Flags, c.CompressedSize = f.flags, f.length
-		if cap(plain) < int(c.Size) {
-			plain = make([]byte, c.Size)
-		}
-		if err := rafs.DecodeChunk(c, p, plain[:c.Size]); err != nil {
+		// A raw chunk is its own plain form: hashed where it lies.
+		if err := rafs.VerifyChunk(c, p, &plain); err != nil {
 			return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
 		}
-		if err := deliver(i, c, p, plain[:c.Size]); err != nil {
+		dec := p
+		if c.Compressed() {
+			dec = plain[:c.Size]
+		}
+		if err := deliver(i, c, p, dec); err != nil {
 			return stored, plain, err
 		}
 	}

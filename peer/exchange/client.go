@@ -48,7 +48,8 @@ type FetchResult struct {
 // deliver gets the requested chunk with Flags and CompressedSize
 // describing the stored bytes as sent, which may be the other form than
 // requested (the peer may hold the same content raw or compressed); stored
-// is valid only during the call. An error from deliver stops the fetch and
+// is deliver's to keep: each chunk arrives in a buffer of its own, which
+// Fetch does not touch after the call. An error from deliver stops the fetch and
 // is returned, wrapped. A nil deliver only verifies.
 //
 // The batch must satisfy the protocol's limits (at most
@@ -131,8 +132,6 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 	case StatusBadRequest:
 		return fmt.Errorf("%w: %s", ErrRefused, msg)
 	}
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
 	dp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(dp)
 	for i, c := range chunks {
@@ -146,10 +145,10 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 			continue
 		}
 		// n is at most allowance(c), which the request's limits bound.
-		if cap(*bp) < int(n) {
-			*bp = make([]byte, n)
-		}
-		stored := (*bp)[:n]
+		// A buffer per chunk: deliver keeps it (the node caches the
+		// chunk and serves it from memory meanwhile), where a reused
+		// one would have to be copied.
+		stored := make([]byte, n)
 		if _, err := io.ReadFull(r, stored); err != nil {
 			return fmt.Errorf("chunk %d (%s): read %d stored bytes: %w", i, c.Digest, n, err)
 		}
