@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -71,7 +72,10 @@ func openLayer(ctx context.Context, l v1.Layer, want v1.Hash) (io.ReadCloser, er
 	v := &digestReader{r: rc, h: sha256.New()}
 	var magic [4]byte
 	n, _ := io.ReadFull(v, magic[:])
-	head := io.MultiReader(bytes.NewReader(magic[:n]), v)
+	// The decompressors read through a buffer of their own, which is 4
+	// KiB for gzip: a read system call per 4 KiB of a multi-gigabyte
+	// layer. Given a large buffered reader, they use it instead.
+	head := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(magic[:n]), v), layerReadBuffer)
 	var dec io.Reader
 	var closeDec func()
 	switch {
@@ -95,6 +99,9 @@ func openLayer(ctx context.Context, l v1.Layer, want v1.Hash) (io.ReadCloser, er
 	ra := newReadahead(ctx, dec, 1<<20, 8)
 	return &layerStream{ra: ra, v: v, src: rc, want: want, closeDec: closeDec}, nil
 }
+
+// layerReadBuffer is how much of a compressed layer one read asks for.
+const layerReadBuffer = 1 << 20
 
 type digestReader struct {
 	r io.Reader
