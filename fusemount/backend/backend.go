@@ -212,6 +212,9 @@ func (b *Backend) Close() error {
 			b.closeErr = b.oci.close()
 		}
 		b.closeIdle()
+		if b.proxy != nil {
+			b.proxy.closeIdle()
+		}
 		if b.closeErr != nil {
 			b.closeErr = fmt.Errorf("close backend: %w", b.closeErr)
 		}

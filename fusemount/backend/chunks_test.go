@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -387,12 +388,19 @@ func (p *testPeer) ReadChunks(ctx context.Context, up peerproxy.Upstream, blob r
 // stopped at cleanup; it returns the server's base URL.
 func startPeer(t *testing.T, o *origin, peer *testPeer) string {
 	t.Helper()
+	return startPeerSocket(t, o, peer, "")
+}
+
+// startPeerSocket is startPeer that also serves the unix socket sock
+// (when not empty).
+func startPeerSocket(t *testing.T, o *origin, peer *testPeer, sock string) string {
+	t.Helper()
 	up, err := upstream.New(upstream.Config{DefaultRegistry: o.srv.URL}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	peer.up = up
-	srv, err := peerproxy.New(peerproxy.Config{Listen: "127.0.0.1:0"}, peer, up, nil, nil)
+	srv, err := peerproxy.New(peerproxy.Config{Listen: "127.0.0.1:0", UnixSocket: sock}, peer, up, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,6 +504,42 @@ func TestReadChunksThroughPeer(t *testing.T) {
 				t.Errorf("peer served %d chunks, want %d", got, tt.wantPeerServed)
 			}
 		})
+	}
+}
+
+// A proxy URL naming the peer's unix socket reads chunks and probes
+// health over the socket, and the backend's Close closes its connections.
+func TestReadChunksThroughPeerSocket(t *testing.T) {
+	t.Parallel()
+	o := newOrigin(t)
+	cb := newChunkedBlob(72, 3000, 50000, 1, 4096)
+	o.put(t, cb.data)
+	peer := &testPeer{}
+	sock := filepath.Join(t.TempDir(), "peer.sock")
+	startPeerSocket(t, o, peer, sock)
+	cfg := o.config()
+	cfg.Proxy = ProxyConfig{URL: "unix://" + sock, Fallback: false, CheckInterval: 5 * time.Millisecond}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Proxy.PingURL != "/healthz" {
+		t.Errorf("default ping_url with a socket: got %q, want /healthz", cfg.Proxy.PingURL)
+	}
+	b := newBackend(t, cfg)
+	c := &collector{t: t}
+	if _, err := b.ReadChunksFrom(t.Context(), cb.blob, cb.chunks, c.deliver(cb)); err != nil {
+		t.Fatal(err)
+	}
+	c.check(cb)
+	st := b.Stats()
+	if st.Registry.Requests != 0 || peer.served.Load() != int64(len(cb.chunks)) {
+		t.Errorf("registry requests %d, peer served %d; want 0 and %d", st.Registry.Requests, peer.served.Load(), len(cb.chunks))
+	}
+	// Probes go over the socket too: the proxy stays healthy.
+	time.Sleep(50 * time.Millisecond)
+	if !b.Stats().ProxyHealthy {
+		t.Error("proxy unhealthy: the health probe did not reach the socket")
 	}
 }
 

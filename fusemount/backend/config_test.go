@@ -44,6 +44,16 @@ func TestValidate(t *testing.T) {
 			c.Proxy = ProxyConfig{URL: "127.0.0.1:65001", PingURL: "http://x/healthz?y=1"}
 			return c
 		}(), []string{"backend.proxy.url:", "backend.proxy.ping_url:"}},
+		{"bad unix socket urls", func() Config {
+			c := ok
+			c.Proxy = ProxyConfig{URL: "unix:relative.sock"}
+			return c
+		}(), []string{"backend.proxy.url:"}},
+		{"ping url with a socket not a path", func() Config {
+			c := ok
+			c.Proxy = ProxyConfig{URL: "unix:///run/peer.sock", PingURL: "http://127.0.0.1:7950/healthz"}
+			return c
+		}(), []string{"backend.proxy.ping_url:"}},
 		{"ping url alone", func() Config { c := ok; c.Proxy.PingURL = "http://x/healthz"; return c }(), []string{"backend.proxy.ping_url: set without proxy.url"}},
 	}
 	for _, tt := range tests {

@@ -32,14 +32,27 @@ type proxy struct {
 	healthy atomic.Bool
 	chunks  *peerproxy.ChunkClient // the batch endpoint
 	noBatch atomic.Bool            // the proxy answered the batch endpoint 404, 405 or 501
+	// closeIdle closes the idle connections of a transport of the
+	// proxy's own (a unix socket's).
+	closeIdle func()
 }
 
 func newProxy(cfg ProxyConfig, base http.RoundTripper, log *slog.Logger) *proxy {
 	p := &proxy{
-		url:     strings.TrimRight(cfg.URL, "/"),
-		pingURL: cfg.PingURL,
-		client:  &http.Client{Transport: base},
-		log:     log,
+		url:       strings.TrimRight(cfg.URL, "/"),
+		pingURL:   cfg.PingURL,
+		client:    &http.Client{Transport: base},
+		log:       log,
+		closeIdle: func() {},
+	}
+	if _, ok, _ := peerproxy.SocketPath(cfg.URL); ok {
+		// Validate has checked the URL. Every request goes to the
+		// socket; ping_url is a path on it.
+		bt, _ := base.(*http.Transport)
+		u, t, _ := peerproxy.Endpoint(cfg.URL, bt)
+		p.url, p.pingURL = u, u+cfg.PingURL
+		p.client = &http.Client{Transport: t}
+		p.closeIdle = t.CloseIdleConnections
 	}
 	p.chunks = peerproxy.NewChunkClient(p.url, p.client)
 	// Optimistic until told otherwise: the first read tries the proxy, and
