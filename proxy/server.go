@@ -112,7 +112,7 @@ func (s *Server) Listen() error {
 			uln.Close()
 			return fmt.Errorf("proxy socket %s: %w", p, err)
 		}
-		lns = append(lns, uln)
+		lns = append(lns, bufferedListener{uln})
 	}
 	s.lns = lns
 	s.url = "http://" + ln.Addr().String()
@@ -176,4 +176,21 @@ func (s *Server) Serve(ctx context.Context) error {
 		return fmt.Errorf("proxy shutdown: %w", err)
 	}
 	return nil
+}
+
+// unixSendBuffer is the send buffer of a connection on the unix socket.
+// The default (208 KiB here) has the sender wait for the reader about 20
+// times per 4 MiB batch response; loopback TCP grows its own to 4 MiB.
+const unixSendBuffer = 4 << 20
+
+// bufferedListener gives each accepted unix connection unixSendBuffer
+// (the kernel caps it at net.core.wmem_max).
+type bufferedListener struct{ net.Listener }
+
+func (l bufferedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if uc, ok := c.(*net.UnixConn); ok {
+		_ = uc.SetWriteBuffer(unixSendBuffer)
+	}
+	return c, err
 }

@@ -74,8 +74,8 @@ type Config struct {
 type ProxyConfig struct {
 	// URL is the local peer's base URL, e.g. http://127.0.0.1:7950, or
 	// its unix socket, unix:///run/damselfly/peer.sock (the peer's
-	// proxy.unix_socket), which costs the kernel about half the CPU per
-	// byte that loopback TCP does. Chunk runs go to its batch endpoint, URL + "/api/v1/chunks" (see
+	// proxy.unix_socket), whose file mode limits who may use the peer.
+	// Chunk runs go to its batch endpoint, URL + "/api/v1/chunks" (see
 	// proxy/PROTOCOL.md), and byte ranges to its registry mirror, URL +
 	// "/v2/<repo>/blobs/<digest>". A plain registry mirror without the
 	// batch endpoint is read by byte ranges.

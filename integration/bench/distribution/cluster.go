@@ -12,6 +12,7 @@ import (
 	"damselfly/integration/bench/shaper"
 	"damselfly/peer/daemon"
 	"damselfly/peer/host"
+	"damselfly/proxy"
 	"damselfly/scheduler/server"
 )
 
@@ -24,6 +25,7 @@ type cluster struct {
 	links  []*shaper.Proxy // node i's link toward the origin
 	sched  *server.Server  // nil without P2P
 	nodes  []*daemon.Daemon
+	urls   []string // where node i's readers reach its proxy
 
 	stops []func() error // in the order of starting; run in reverse
 }
@@ -127,6 +129,10 @@ func (c *cluster) startNode(cfg Config, name, dir, key, sched, originURL string,
 	dcfg.Host.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
 	dcfg.Host.ClusterKeyFile = key
 	dcfg.Proxy.Listen = "127.0.0.1:0"
+	sock := filepath.Join(dir, "proxy.sock")
+	if cfg.ReaderSocket {
+		dcfg.Proxy.UnixSocket = sock
+	}
 	dcfg.Upstream.DefaultRegistry = originURL
 	dcfg.Exchange.UploadBytesPerSec = int64(bytesPerSec(cfg.NodeMbit))
 	if sched != "" {
@@ -145,6 +151,11 @@ func (c *cluster) startNode(cfg Config, name, dir, key, sched, originURL string,
 		return err
 	}
 	c.nodes = append(c.nodes, d)
+	if cfg.ReaderSocket {
+		c.urls = append(c.urls, proxy.SchemeUnix+"://"+sock)
+	} else {
+		c.urls = append(c.urls, d.ProxyURL())
+	}
 	c.run(d.Run)
 	return nil
 }

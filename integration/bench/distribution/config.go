@@ -34,6 +34,10 @@ type Config struct {
 	Readers int
 	// BatchChunks is how many chunks one request asks for.
 	BatchChunks int
+	// ReaderSocket sends the readers' requests to their node's proxy over
+	// its unix socket, as a mount daemon's go with proxy.url unix:///...;
+	// by default they go over loopback TCP, as with configs/mount.yaml.
+	ReaderSocket bool
 	// Spread starts node i's reading i/Nodes of the way into the image
 	// (wrapping around), as whole-image prefetches free to choose their
 	// order would; by default every node reads in the same order, as

@@ -52,6 +52,7 @@ func main() {
 	flag.IntVar(&cfg.Runs, "runs", cfg.Runs, "runs of the scenario, each from fresh nodes")
 	flag.IntVar(&cfg.Readers, "readers", cfg.Readers, "requests each node keeps in flight")
 	flag.IntVar(&cfg.BatchChunks, "batch-chunks", cfg.BatchChunks, "chunks per request")
+	flag.BoolVar(&cfg.ReaderSocket, "reader-socket", false, "readers reach their node's proxy over its unix socket (default: loopback TCP)")
 	flag.BoolVar(&cfg.Spread, "spread", cfg.Spread, "start node i's reading i/nodes of the way into the image (default: every node reads in the same order)")
 	flag.IntVar(&cfg.MaxChildren, "tree-max-children", 0, "the scheduler's tree_max_children (0: its default)")
 	flag.DurationVar(&cfg.StarveAfter, "tree-starve-after", 0, "the scheduler's tree_starve_after (0: its default)")
@@ -148,6 +149,7 @@ func run(ctx context.Context, cfg Config, progress io.Writer) (_ *Scenario, err 
 		RTTms: float64(cfg.RTT) / float64(time.Millisecond), P2P: cfg.P2P, Spread: cfg.Spread, Readers: cfg.Readers, BatchChunks: cfg.BatchChunks,
 		MaxChildren: cfg.MaxChildren, StarveAfterMs: float64(cfg.StarveAfter) / float64(time.Millisecond),
 		HedgeDelayMs: float64(cfg.HedgeDelay) / float64(time.Millisecond),
+		ReaderSocket: cfg.ReaderSocket,
 		ImageBytes:   img.bytes, ChunkBytes: img.chunk, Measured: time.Now().UTC().Format(time.RFC3339), Machine: machine(),
 		Command: command(cfg),
 		Bound:   floor(cfg.P2P, cfg.Nodes, img.bytes, img.chunk, bytesPerSec(cfg.NodeMbit), bytesPerSec(cfg.originMbit())),
@@ -191,6 +193,9 @@ func command(cfg Config) string {
 	}
 	if d := Default(); cfg.Readers != d.Readers || cfg.BatchChunks != d.BatchChunks {
 		args = append(args, fmt.Sprintf("-readers %d -batch-chunks %d", cfg.Readers, cfg.BatchChunks))
+	}
+	if cfg.ReaderSocket {
+		args = append(args, "-reader-socket")
 	}
 	if cfg.MaxChildren != 0 {
 		args = append(args, fmt.Sprintf("-tree-max-children %d", cfg.MaxChildren))

@@ -68,9 +68,12 @@ func downlink(bytesPerSec float64, us []unit) *rate.Limiter {
 // readers requests in flight, each verified by the ChunkClient, and
 // returns the stored bytes received.
 func pull(ctx context.Context, proxyURL, repo string, us []unit, readers int, down *rate.Limiter) (int64, error) {
-	tr := &http.Transport{MaxIdleConnsPerHost: readers, DisableCompression: true}
+	base, tr, err := proxy.Endpoint(proxyURL, &http.Transport{MaxIdleConnsPerHost: readers, DisableCompression: true})
+	if err != nil {
+		return 0, err
+	}
 	defer tr.CloseIdleConnections()
-	cc := proxy.NewChunkClient(proxyURL, &http.Client{Transport: tr})
+	cc := proxy.NewChunkClient(base, &http.Client{Transport: tr})
 	var next atomic.Int64
 	var got atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
@@ -97,6 +100,6 @@ func pull(ctx context.Context, proxyURL, repo string, us []unit, readers int, do
 			}
 		})
 	}
-	err := g.Wait()
+	err = g.Wait()
 	return got.Load(), err
 }

@@ -31,12 +31,15 @@ type Scenario struct {
 	StarveAfterMs float64 `json:"tree_starve_after_ms,omitempty"`
 	// The peers' hedge_delay when not their default (negative: off).
 	HedgeDelayMs float64 `json:"hedge_delay_ms,omitempty"`
-	ImageBytes   int64   `json:"image_bytes"` // stored bytes of every blob
-	ChunkBytes   int64   `json:"chunk_bytes"`
-	Measured     string  `json:"measured"` // UTC, RFC 3339
-	Machine      string  `json:"machine"`
-	Command      string  `json:"command"`
-	Bound        Bound   `json:"bound"`
+	// The readers reached their node's proxy over its unix socket rather
+	// than loopback TCP.
+	ReaderSocket bool   `json:"reader_socket,omitempty"`
+	ImageBytes   int64  `json:"image_bytes"` // stored bytes of every blob
+	ChunkBytes   int64  `json:"chunk_bytes"`
+	Measured     string `json:"measured"` // UTC, RFC 3339
+	Machine      string `json:"machine"`
+	Command      string `json:"command"`
+	Bound        Bound  `json:"bound"`
 	// Medians over Runs.
 	OriginRatio float64     `json:"origin_ratio"`
 	P50         float64     `json:"p50_seconds"`
@@ -82,6 +85,9 @@ func scenarioKey(c Config) string {
 	}
 	if d := Default(); c.Readers != d.Readers || c.BatchChunks != d.BatchChunks {
 		mode += fmt.Sprintf(" readers=%d batch=%d", c.Readers, c.BatchChunks)
+	}
+	if c.ReaderSocket {
+		mode += " reader=unix"
 	}
 	if c.MaxChildren != 0 {
 		mode += fmt.Sprintf(" tree-max-children=%d", c.MaxChildren)

@@ -64,7 +64,7 @@ func measure(ctx context.Context, cfg Config, img *image, registryAddr, dir stri
 	start := make(chan struct{})
 	var t0 time.Time
 	g, gctx := errgroup.WithContext(ctx)
-	for i, d := range c.nodes {
+	for i := range c.nodes {
 		order := us
 		if cfg.Spread {
 			order = rotate(us, i*len(us)/len(c.nodes))
@@ -76,7 +76,7 @@ func measure(ctx context.Context, cfg Config, img *image, registryAddr, dir stri
 			case <-gctx.Done():
 				return gctx.Err()
 			}
-			n, err := pull(gctx, d.ProxyURL(), img.repo, order, cfg.Readers, down)
+			n, err := pull(gctx, c.urls[i], img.repo, order, cfg.Readers, down)
 			res.Nodes[i] = NodeResult{Name: fmt.Sprintf("node%d", i), Seconds: time.Since(t0).Seconds(), Bytes: n}
 			if err != nil {
 				return fmt.Errorf("node%d: %w", i, err)
