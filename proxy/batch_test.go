@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,7 +33,7 @@ func readAll(t *testing.T, cc *proxy.ChunkClient, up proxy.Upstream, img image, 
 		if err := rafs.DecodeChunk(c, stored, plain[:c.Size]); err != nil {
 			t.Fatalf("chunk %d delivered unverifiable: %v", i, err)
 		}
-		if sha256.Sum256(plain[:c.Size]) != [32]byte(c.Digest) {
+		if c.Algo().Sum(plain[:c.Size]) != c.Digest {
 			t.Fatalf("chunk %d: content digest differs", i)
 		}
 		n++

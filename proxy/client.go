@@ -160,7 +160,9 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 			return stored, plain, &ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
 		}
 		c := chunks[i]
-		c.Flags, c.CompressedSize = f.flags, f.length
+		// The form is the proxy's to say; the digest algorithm is ours.
+		c.Flags = c.Flags&^rafs.ChunkCompressed | f.flags&rafs.ChunkCompressed
+		c.CompressedSize = f.length
 		// A raw chunk is its own plain form: hashed where it lies.
 		if err := rafs.VerifyChunk(c, p, &plain); err != nil {
 			return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}

@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"net"
 	"net/http"
@@ -35,7 +34,7 @@ func TestChunkClientDecoded(t *testing.T) {
 		if len(plain) != int(c.Size) {
 			t.Fatalf("chunk %d: %d decoded bytes, want %d", i, len(plain), c.Size)
 		}
-		if sha256.Sum256(plain) != [32]byte(img.chunks[i].Digest) {
+		if img.chunks[i].Algo().Sum(plain) != img.chunks[i].Digest {
 			t.Fatalf("chunk %d: decoded bytes do not hash to its digest", i)
 		}
 		want := make([]byte, c.Size)
@@ -76,7 +75,7 @@ func TestChunkClientDecodedRefusesCorrupt(t *testing.T) {
 	n := 0
 	err := cc.ReadChunksDecoded(testCtx(t), proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}, img.blob, img.chunks,
 		func(i int, c rafs.Chunk, _, plain []byte) error {
-			if sha256.Sum256(plain) != [32]byte(c.Digest) {
+			if c.Algo().Sum(plain) != c.Digest {
 				t.Errorf("chunk %d handed over with the wrong content", i)
 			}
 			n++

@@ -34,7 +34,7 @@ const (
 	MaxErrorMessage = 1 << 10
 
 	// knownFlags are the chunk flags a frame may carry.
-	knownFlags = rafs.ChunkCompressed
+	knownFlags = rafs.ChunkCompressed | rafs.ChunkBlake3
 )
 
 // errProtocol marks a response that breaks the frame format.

@@ -31,7 +31,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	}
 	for name, in := range map[string][]byte{
 		"status":   {7},
-		"flags":    {0, 0, 0, 0, 2, 0, 0, 0, 1, 0},
+		"flags":    {0, 0, 0, 0, 4, 0, 0, 0, 1, 0},
 		"zero":     {0, 0, 0, 0, 0, 0, 0, 0, 0},
 		"huge":     {0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff},
 		"kind":     {1, 9, 0, 0, 0, 0, 0, 0, 0, 0},

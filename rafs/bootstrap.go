@@ -26,6 +26,7 @@ type Bootstrap struct {
 	unmap      func() error
 	chunkSize  uint32
 	compressor Compressor
+	digest     DigestAlgo
 	inodes     uint32
 	sec        [numSections]section
 }
@@ -95,7 +96,8 @@ func Decode(data []byte, opts OpenOptions) (*Bootstrap, error) {
 	if b.compressor != CompressNone && b.compressor != CompressZstd {
 		return nil, corruptf("unknown compressor %d", sb[20])
 	}
-	if DigestAlgo(sb[21]) != DigestSHA256 {
+	b.digest = DigestAlgo(sb[21])
+	if b.digest != DigestSHA256 && b.digest != DigestBlake3 {
 		return nil, corruptf("unknown digest algorithm %d", sb[21])
 	}
 	if le.Uint16(sb[22:]) != 0 {
@@ -181,6 +183,9 @@ func (b *Bootstrap) ChunkSize() uint32 { return b.chunkSize }
 
 // Compressor is how compressed chunks are stored.
 func (b *Bootstrap) Compressor() Compressor { return b.compressor }
+
+// DigestAlgo is the algorithm of every chunk digest.
+func (b *Bootstrap) DigestAlgo() DigestAlgo { return b.digest }
 
 // InodeCount is the number of inodes; valid inodes are 1..InodeCount.
 func (b *Bootstrap) InodeCount() uint32 { return b.inodes }
@@ -477,6 +482,9 @@ func (b *Bootstrap) Chunk(i uint32) (Chunk, error) {
 	copy(c.Digest[:], r[0:32])
 	if c.Flags&^knownChunkFlags != 0 {
 		return Chunk{}, corruptf("chunk %d: unknown flags %#x", i, c.Flags)
+	}
+	if c.Algo() != b.digest {
+		return Chunk{}, corruptf("chunk %d: digested with %s in a bootstrap of %s digests", i, c.Algo(), b.digest)
 	}
 	if c.Size == 0 || c.Size > b.chunkSize {
 		return Chunk{}, corruptf("chunk %d: size %d outside 1..%d", i, c.Size, b.chunkSize)

@@ -3,7 +3,6 @@ package rafs
 import (
 	"archive/tar"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +35,8 @@ type BuildOptions struct {
 	Uncompressed bool
 	// Level is the zstd level: 1 fastest .. 4 best; default 1.
 	Level int
+	// Digest is the chunk digest algorithm; 0 means DefaultDigest.
+	Digest DigestAlgo
 	// Workers hash and compress chunks; default GOMAXPROCS.
 	Workers int
 	// BatchSize packs files smaller than a quarter of it, in tar order,
@@ -123,8 +124,18 @@ func (o *BuildOptions) defaults() error {
 	if o.BlobDir == "" {
 		return errors.New("no blob directory")
 	}
+	switch o.Digest {
+	case 0:
+		o.Digest = DefaultDigest
+	case DigestSHA256, DigestBlake3:
+	default:
+		return fmt.Errorf("unknown digest algorithm %d", o.Digest)
+	}
 	if o.Dict != nil && o.Dict.Compressor() != o.compressor() && o.Dict.ChunkCount() > 0 {
 		return fmt.Errorf("chunk dictionary uses %s, this build %s", o.Dict.Compressor(), o.compressor())
+	}
+	if o.Dict != nil && o.Dict.DigestAlgo() != o.Digest && o.Dict.ChunkCount() > 0 {
+		return fmt.Errorf("chunk dictionary digests chunks with %s, this build with %s (convert with --digest %s to use it)", o.Dict.DigestAlgo(), o.Digest, o.Dict.DigestAlgo())
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -221,7 +232,7 @@ func Build(ctx context.Context, layers []LayerSource, opts BuildOptions) (*Build
 			}
 			for p := range jobs {
 				op := outs.Get().(*[]byte)
-				*op = hashAndCompress(p, enc, &b.seen, *op)
+				*op = hashAndCompress(p, opts.Digest, enc, &b.seen, *op)
 				if p.stored == nil {
 					outs.Put(op)
 				} else {
@@ -253,7 +264,7 @@ func Build(ctx context.Context, layers []LayerSource, opts BuildOptions) (*Build
 	prefetch := matchPrefetch(t, hot)
 	countTree(t, &b.stats)
 	boot, err := t.encode(encodeInput{
-		chunkSize: opts.ChunkSize, compressor: opts.compressor(), chunks: b.chunks,
+		chunkSize: opts.ChunkSize, compressor: opts.compressor(), digest: opts.Digest, chunks: b.chunks,
 		blobs: b.blobs, pieceChunk: b.pieceChunk, prefetch: prefetch,
 	})
 	if err != nil {
@@ -405,7 +416,7 @@ func (b *builder) addSmall(ctx context.Context, layer int, in *inode, r io.Reade
 	if b.opts.Progress != nil {
 		b.opts.Progress(int64(in.size))
 	}
-	sum := sha256.Sum256(d)
+	sum := b.opts.Digest.Sum(d)
 	if ref, ok := b.small[sum]; ok {
 		in.batchOff = ref.off
 		b.pointAt(in, ref.b)
@@ -585,9 +596,9 @@ func (b *builder) place(p *piece, bw **blobWriter) (uint32, error) {
 		b.blobs = append(b.blobs, Blob{Index: w.index})
 		*bw = w
 	}
-	stored, flags := *p.buf, uint32(0)
+	stored, flags := *p.buf, b.opts.Digest.flag()
 	if p.stored != nil {
-		stored, flags = p.stored, ChunkCompressed
+		stored, flags = p.stored, flags|ChunkCompressed
 	}
 	ordinal := (*bw).n
 	off, err := (*bw).append(stored, len(*p.buf))

@@ -2,7 +2,6 @@ package rafs
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
@@ -82,7 +81,7 @@ func DecodeChunk(c Chunk, stored, dst []byte) error {
 			return fmt.Errorf("chunk %s: %w: inflated to %d bytes, want %d", c.Digest, ErrDigestMismatch, len(out), c.Size)
 		}
 	}
-	if sha256.Sum256(dst) != c.Digest {
+	if c.Algo().Sum(dst) != c.Digest {
 		return fmt.Errorf("chunk %s: %w", c.Digest, ErrDigestMismatch)
 	}
 	return nil
@@ -102,7 +101,7 @@ func VerifyChunk(c Chunk, stored []byte, scratch *[]byte) error {
 	if len(stored) != int(c.CompressedSize) || len(stored) != int(c.Size) {
 		return fmt.Errorf("chunk %s: %d stored bytes of a raw chunk of %d (%d recorded)", c.Digest, len(stored), c.Size, c.CompressedSize)
 	}
-	if sha256.Sum256(stored) != c.Digest {
+	if c.Algo().Sum(stored) != c.Digest {
 		return fmt.Errorf("chunk %s: %w", c.Digest, ErrDigestMismatch)
 	}
 	return nil
@@ -132,7 +131,7 @@ func (s *BlobChunkSource) ReadChunk(ctx context.Context, c Chunk, dst []byte) er
 		if err := s.Blobs.ReadBlob(ctx, blob, int64(c.CompressedOffset), dst); err != nil {
 			return fmt.Errorf("read chunk %s from blob %s: %w", c.Digest, blob.Digest, err)
 		}
-		if sha256.Sum256(dst) != c.Digest {
+		if c.Algo().Sum(dst) != c.Digest {
 			return fmt.Errorf("chunk %s from blob %s: %w", c.Digest, blob.Digest, ErrDigestMismatch)
 		}
 		return nil

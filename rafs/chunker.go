@@ -30,9 +30,9 @@ type piece struct {
 
 // hashAndCompress is a worker's job on one piece. seen lets it skip
 // compressing chunks the writer already stored.
-func hashAndCompress(p *piece, enc *zstd.Encoder, seen *sync.Map, out []byte) []byte {
+func hashAndCompress(p *piece, algo DigestAlgo, enc *zstd.Encoder, seen *sync.Map, out []byte) []byte {
 	data := *p.buf
-	p.digest = sha256.Sum256(data)
+	p.digest = algo.Sum(data)
 	p.stored = nil
 	if _, dup := seen.Load(p.digest); dup || enc == nil {
 		return out

@@ -8,6 +8,7 @@ import (
 type encodeInput struct {
 	chunkSize  uint32
 	compressor Compressor
+	digest     DigestAlgo
 	chunks     []Chunk
 	blobs      []Blob
 	pieceChunk []uint32 // piece sequence number -> chunk index
@@ -177,7 +178,7 @@ func (t *tree) encode(in encodeInput) ([]byte, error) {
 	le.PutUint32(out[8:], Version)
 	le.PutUint32(out[16:], in.chunkSize)
 	out[20] = byte(in.compressor)
-	out[21] = byte(DigestSHA256)
+	out[21] = byte(in.digest)
 	le.PutUint32(out[24:], uint32(len(order)))
 	le.PutUint32(out[28:], uint32(RootIno))
 	for i, s := range secs {

@@ -1,9 +1,12 @@
 package rafs
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
+
+	"lukechampine.com/blake3"
 )
 
 // The bootstrap layout; FORMAT.md documents every byte. All integers are
@@ -61,6 +64,8 @@ const (
 	MinChunkSize     = 64 << 10
 	MaxChunkSize     = 16 << 20
 	DefaultChunkSize = 1 << 20
+	// DefaultDigest is the chunk digest of new images.
+	DefaultDigest = DigestBlake3
 )
 
 // Compressor names how chunks are stored.
@@ -93,19 +98,71 @@ func ParseCompressor(s string) (Compressor, error) {
 	return 0, fmt.Errorf("unknown compressor %q (want zstd or none)", s)
 }
 
-// DigestAlgo names the chunk digest. Only sha256 exists; the field is there
-// so a later version can add one without a new magic.
+// DigestAlgo names the hash that gives chunks their digests. Blobs and
+// the bootstrap itself are always named by sha256, as OCI wants.
 type DigestAlgo uint8
 
-// DigestSHA256 is the only digest algorithm.
-const DigestSHA256 DigestAlgo = 1
+// Chunk digest algorithms.
+const (
+	// DigestSHA256 is SHA-256 of the chunk's content.
+	DigestSHA256 DigestAlgo = 1
+	// DigestBlake3 is BLAKE3 with 256 bits of output: on this project's
+	// 2-core machine 3.6 GB/s per core against SHA-256's 1.56 GB/s with
+	// SHA-NI, for the same security. Every chunk is hashed by the
+	// converter, by each peer that receives it and by each mount that
+	// reads it.
+	DigestBlake3 DigestAlgo = 2
+)
+
+// String names the algorithm as the command line does.
+func (a DigestAlgo) String() string {
+	switch a {
+	case DigestSHA256:
+		return "sha256"
+	case DigestBlake3:
+		return "blake3"
+	}
+	return fmt.Sprintf("digest-%d", uint8(a))
+}
+
+// ParseDigestAlgo parses a DigestAlgo's String.
+func ParseDigestAlgo(s string) (DigestAlgo, error) {
+	switch s {
+	case "sha256":
+		return DigestSHA256, nil
+	case "blake3":
+		return DigestBlake3, nil
+	}
+	return 0, fmt.Errorf("unknown digest algorithm %q (want blake3 or sha256)", s)
+}
+
+// Sum returns the digest of data under a.
+func (a DigestAlgo) Sum(data []byte) Digest {
+	if a == DigestBlake3 {
+		return blake3.Sum256(data)
+	}
+	return sha256.Sum256(data)
+}
+
+// flag is the chunk flag a chunk digested by a carries.
+func (a DigestAlgo) flag() uint32 {
+	if a == DigestBlake3 {
+		return ChunkBlake3
+	}
+	return 0
+}
 
 // Chunk flags.
 const (
 	// ChunkCompressed marks a chunk stored compressed by the bootstrap's
 	// compressor; without it the stored bytes are the chunk itself.
 	ChunkCompressed uint32 = 1 << 0
-	knownChunkFlags        = ChunkCompressed
+	// ChunkBlake3 marks a chunk whose digest is BLAKE3's, not SHA-256's.
+	// Every chunk of a bootstrap carries it exactly when the superblock
+	// names DigestBlake3, so a chunk's description alone says how to
+	// verify it, wherever it travels (peer requests, the batch API).
+	ChunkBlake3     uint32 = 1 << 1
+	knownChunkFlags        = ChunkCompressed | ChunkBlake3
 )
 
 // Ino is an inode number, 1-based; RootIno is the root.
@@ -164,6 +221,14 @@ type Chunk struct {
 
 // Compressed reports whether the stored bytes must be decompressed.
 func (c Chunk) Compressed() bool { return c.Flags&ChunkCompressed != 0 }
+
+// Algo is the algorithm of c's digest.
+func (c Chunk) Algo() DigestAlgo {
+	if c.Flags&ChunkBlake3 != 0 {
+		return DigestBlake3
+	}
+	return DigestSHA256
+}
 
 // Segment is the part of a chunk that holds one stretch of a file: all of
 // it for a file's own chunks, a slice of it for a small file batched with

@@ -19,12 +19,13 @@ type Summary struct {
 	Prefetch       int     `json:"prefetch_entries"`
 	ChunkSize      uint32  `json:"chunk_size"`
 	Compressor     string  `json:"compressor"`
+	Digest         string  `json:"digest"` // chunk digest algorithm
 	BootstrapBytes int     `json:"bootstrap_bytes"`
 }
 
 // Summarize walks the whole tree once.
 func Summarize(b *Bootstrap) (Summary, error) {
-	s := Summary{ChunkSize: b.ChunkSize(), Compressor: b.Compressor().String(), BootstrapBytes: b.Size()}
+	s := Summary{ChunkSize: b.ChunkSize(), Compressor: b.Compressor().String(), Digest: b.DigestAlgo().String(), BootstrapBytes: b.Size()}
 	seen := map[Ino]bool{}
 	used := map[uint32]bool{}
 	err := walkEntries(b, func(e entry) error {

@@ -28,6 +28,7 @@ and one bootstrap layer with the merged metadata of the whole image.`,
 	f.Int("chunk-size", rafs.DefaultChunkSize, "chunk size in bytes: a power of two from 64 KiB to 16 MiB")
 	f.String("compressor", "zstd", "chunk compressor: zstd or none")
 	f.Int("level", 1, "zstd level, 1 (fastest) to 4 (smallest)")
+	f.String("digest", rafs.DefaultDigest.String(), "chunk digest algorithm: blake3 or sha256 (a --chunk-dict image must use the same)")
 	f.Int("workers", 0, "goroutines hashing and compressing chunks (0: one per core)")
 	f.Int("batch-size", 0, "pack files smaller than a quarter of this into shared chunks of up to this size (0: default 512 KiB, -1: off)")
 	f.String("chunk-dict", "", "RAFS image (or local bootstrap) whose chunks are reused instead of stored again")
@@ -53,6 +54,10 @@ and one bootstrap layer with the merged metadata of the whole image.`,
 		if err != nil {
 			return err
 		}
+		digest, err := rafs.ParseDigestAlgo(l.String("digest"))
+		if err != nil {
+			return fmt.Errorf("--digest: %w", err)
+		}
 		topts, err := transportOptions(l)
 		if err != nil {
 			return err
@@ -70,7 +75,7 @@ and one bootstrap layer with the merged metadata of the whole image.`,
 		defer prog.Finish()
 		res, err := convert.Convert(cmd.Context(), args[0], args[1], convert.Options{
 			Build: rafs.BuildOptions{
-				ChunkSize: uint32(l.Int("chunk-size")), Uncompressed: comp == rafs.CompressNone, Level: l.Int("level"),
+				ChunkSize: uint32(l.Int("chunk-size")), Uncompressed: comp == rafs.CompressNone, Level: l.Int("level"), Digest: digest,
 				Workers: l.Int("workers"), BatchSize: l.Int("batch-size"), Prefetch: prefetch, Progress: prog.Add,
 			},
 			ChunkDict: l.String("chunk-dict"),

@@ -68,7 +68,7 @@ func newInspect(g *globals) *cobra.Command {
 		}
 		fmt.Printf("files        %d regular, %d dirs, %d symlinks, %d other, %d extra hardlinks\n", s.Files, s.Dirs, s.Symlinks, s.Others, s.Hardlinks)
 		fmt.Printf("bytes        %s (%d)\n", humanBytes(int64(s.Bytes)), s.Bytes)
-		fmt.Printf("chunks       %d referenced, %d unique of %s (%s)\n", s.ChunkRefs, s.UniqueChunks, humanBytes(int64(s.ChunkSize)), s.Compressor)
+		fmt.Printf("chunks       %d referenced, %d unique of %s (%s, %s digests)\n", s.ChunkRefs, s.UniqueChunks, humanBytes(int64(s.ChunkSize)), s.Compressor, s.Digest)
 		fmt.Printf("dedup        %.3fx (content %s, unique %s)\n", s.DedupRatio, humanBytes(int64(s.Bytes)), humanBytes(int64(s.UniqueBytes)))
 		fmt.Printf("compression  %.3f (stored %s)\n", s.CompressRatio, humanBytes(int64(s.StoredBytes)))
 		fmt.Printf("blobs        %d, %s\n", s.Blobs, humanBytes(int64(s.BlobBytes)))

@@ -225,3 +225,45 @@ func TestStalledServer(t *testing.T) {
 	close(done)
 	<-exited
 }
+
+// blake3Chunks turns tcs into chunks digested with BLAKE3.
+func blake3Chunks(tcs []testChunk) []testChunk {
+	out := slices.Clone(tcs)
+	for i := range out {
+		out[i].Flags |= rafs.ChunkBlake3
+		out[i].Digest = rafs.DigestBlake3.Sum(out[i].content)
+	}
+	return out
+}
+
+// Chunks of a BLAKE3 image travel with their algorithm: the server
+// (verifying here) and the client both check them by it, and the same
+// bytes asked for under the other algorithm's flag fail verification.
+func TestFetchBlake3(t *testing.T) {
+	t.Parallel()
+	srvHost, cli := pair(t)
+	all := blake3Chunks(append(makeChunks(30, 2, 128<<10, false), makeChunks(31, 2, 128<<10, true)...))
+	srv := newServer(t, srvHost, newCache(t, all), ServerConfig{})
+	col := &collector{t: t}
+	res, err := Fetch(t.Context(), cli, srvHost.ID(), rafs.Digest{3}, chunksOf(all), col.deliver)
+	if err != nil || res.Delivered != len(all) {
+		t.Fatalf("fetch: delivered %d of %d, %v", res.Delivered, len(all), err)
+	}
+	if st := srv.Stats(); st.ChunksSent != uint64(len(all)) {
+		t.Errorf("server sent %d chunks, want %d", st.ChunksSent, len(all))
+	}
+	wrong := chunksOf(all[:1])
+	wrong[0].Flags &^= rafs.ChunkBlake3
+	res, err = Fetch(t.Context(), cli, srvHost.ID(), rafs.Digest{3}, wrong, nil)
+	// The verifying server does not send what fails its check.
+	if res.Delivered != 0 || (err == nil && len(res.Missing) != 1) {
+		t.Errorf("a BLAKE3 chunk asked for as sha256: %+v, err %v; want it refused", res, err)
+	}
+	// Without the server's check the client refuses it.
+	srv2Host, cli2 := pair(t)
+	newServer(t, srv2Host, newCache(t, all), ServerConfig{NoVerify: true})
+	res, err = Fetch(t.Context(), cli2, srv2Host.ID(), rafs.Digest{3}, wrong, nil)
+	if res.Delivered != 0 || !errors.Is(err, ErrBadChunk) {
+		t.Errorf("unverified by the server: %+v, err %v; want ErrBadChunk", res, err)
+	}
+}

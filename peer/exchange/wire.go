@@ -32,6 +32,7 @@ const (
 	responseHeadSize = 1 + 2     // status, message length
 	recordHeaderSize = 1 + 1 + 4 // status, flags, stored length
 	flagCompressed   = 1 << 0    // chunk entry and record flags
+	flagBlake3       = 1 << 1    // chunk entry flag: the digest is BLAKE3's
 	lengthPrefixSize = 4
 	minRequestFrame  = requestFixedSize + chunkEntrySize
 	// MaxRequestFrame is the largest request frame body, in bytes.
@@ -130,7 +131,7 @@ func checkBatch(chunks []rafs.Chunk) error {
 
 func checkChunk(c rafs.Chunk) error {
 	switch {
-	case c.Flags&^rafs.ChunkCompressed != 0:
+	case c.Flags&^(rafs.ChunkCompressed|rafs.ChunkBlake3) != 0:
 		return fmt.Errorf("unknown flags %#x", c.Flags)
 	case c.Size == 0 || c.Size > rafs.MaxChunkSize:
 		return fmt.Errorf("size %d outside 1..%d", c.Size, rafs.MaxChunkSize)
@@ -159,6 +160,9 @@ func appendRequest(b []byte, blob rafs.Digest, chunks []rafs.Chunk) []byte {
 		var f byte
 		if c.Compressed() {
 			f = flagCompressed
+		}
+		if c.Algo() == rafs.DigestBlake3 {
+			f |= flagBlake3
 		}
 		b = append(b, f)
 		b = append(b, c.Digest[:]...)
@@ -208,12 +212,14 @@ func parseRequest(body []byte) (*request, error) {
 			CompressedSize:   binary.LittleEndian.Uint32(e[8:12]),
 			Size:             binary.LittleEndian.Uint32(e[12:16]),
 		}
-		switch e[16] {
-		case 0:
-		case flagCompressed:
-			c.Flags = rafs.ChunkCompressed
-		default:
+		if e[16]&^(flagCompressed|flagBlake3) != 0 {
 			return nil, fmt.Errorf("%w: chunk %d: unknown flags %#x", ErrInvalidRequest, i, e[16])
+		}
+		if e[16]&flagCompressed != 0 {
+			c.Flags |= rafs.ChunkCompressed
+		}
+		if e[16]&flagBlake3 != 0 {
+			c.Flags |= rafs.ChunkBlake3
 		}
 		copy(c.Digest[:], e[17:49])
 		req.chunks[i] = c

@@ -13,6 +13,7 @@ import (
 func TestRequestRoundTrip(t *testing.T) {
 	t.Parallel()
 	tcs := append(makeChunks(20, 2, 64<<10, true), makeChunks(21, 1, 64<<10, false)...)
+	tcs = append(tcs, blake3Chunks(makeChunks(22, 2, 64<<10, true))...)
 	chunks := chunksOf(tcs)
 	chunks[2].CompressedOffset = 1 << 40
 	frame := appendRequest(nil, rafs.Digest{7}, chunks)

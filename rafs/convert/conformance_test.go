@@ -27,9 +27,10 @@ func TestConformanceWithUmoci(t *testing.T) {
 		// prefetch patterns: the files they name are stored in a blob of
 		// their own, which must not change what unpacks.
 		prefetch []string
+		digest   rafs.DigestAlgo // 0: the default, BLAKE3
 	}{
-		{"1MiB", 1 << 20, !testing.Short(), nil},
-		{"64KiB", 64 << 10, false, []string{"/*[aeiou]*", "/*/*[0-9]*"}},
+		{"1MiB", 1 << 20, !testing.Short(), nil, 0},
+		{"64KiB-sha256", 64 << 10, false, []string{"/*[aeiou]*", "/*/*[0-9]*"}, rafs.DigestSHA256},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -53,7 +54,7 @@ func TestConformanceWithUmoci(t *testing.T) {
 					}
 					dst := "oci:" + layout + ":" + img.Name + "-rafs"
 					res, err := convert.Convert(ctx, "oci:"+layout+":"+img.Name, dst, convert.Options{
-						Build: rafs.BuildOptions{ChunkSize: uint32(tc.chunk), Prefetch: tc.prefetch}, WorkDir: dir,
+						Build: rafs.BuildOptions{ChunkSize: uint32(tc.chunk), Prefetch: tc.prefetch, Digest: tc.digest}, WorkDir: dir,
 					})
 					if err != nil {
 						t.Fatal(err)
