@@ -186,6 +186,12 @@ func (r *Report) markdown() string {
 		if s.StarveAfterMs != 0 {
 			mode += fmt.Sprintf(", tree_starve_after %g ms", s.StarveAfterMs)
 		}
+		if s.HedgeDelayMs != 0 {
+			mode += fmt.Sprintf(", hedge_delay %g ms", s.HedgeDelayMs)
+		}
+		if s.ReaderSocket {
+			mode += ", readers over the unix socket"
+		}
 		bound, p50r, p99r := "—", "—", "—"
 		if s.Bound.Seconds > 0 {
 			bound = fmt.Sprintf("%.2f s (%s)", s.Bound.Seconds, s.Bound.Binding)
