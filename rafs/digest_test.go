@@ -90,11 +90,6 @@ func TestBlake3FlagMustMatchSuperblock(t *testing.T) {
 	if idx < 0 {
 		t.Fatal("chunk record not found")
 	}
-	reseal := func(bad []byte) []byte {
-		sum := checksum(bad)
-		copy(bad[40:72], sum[:])
-		return bad
-	}
 	flagOff := append([]byte(nil), res.Bootstrap...)
 	f := binary.LittleEndian.Uint32(flagOff[idx+36:])
 	binary.LittleEndian.PutUint32(flagOff[idx+36:], f&^ChunkBlake3)
@@ -133,4 +128,12 @@ func TestDictMustShareDigest(t *testing.T) {
 			t.Errorf("ParseDigestAlgo(%q) = %v, %v", a, got, err)
 		}
 	}
+}
+
+// reseal writes bad's checksum into it, so that a test's edit reaches
+// the decoder's structural checks, and returns bad.
+func reseal(bad []byte) []byte {
+	sum := checksum(bad)
+	copy(bad[40:72], sum[:])
+	return bad
 }

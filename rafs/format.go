@@ -168,10 +168,13 @@ const (
 // Ino is an inode number, 1-based; RootIno is the root.
 type Ino uint32
 
-// Digest is a sha256 digest.
+// Digest is a 32-byte digest: SHA-256 for blobs and bootstraps, the
+// bootstrap's DigestAlgo for chunks (Chunk.Algo says which).
 type Digest [32]byte
 
-// String gives the OCI form, "sha256:<hex>".
+// String gives the OCI form, "sha256:<hex>". A BLAKE3 chunk digest is
+// written the same way: the chunk's flags, not the text, name its
+// algorithm.
 func (d Digest) String() string { return fmt.Sprintf("sha256:%x", d[:]) }
 
 // ParseDigest parses "sha256:<64 hex>".

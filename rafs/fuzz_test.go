@@ -142,8 +142,7 @@ func TestHostileBootstrapCounts(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			bad := bytes.Clone(good)
 			mutate(bad)
-			sum := checksum(bad)
-			copy(bad[40:72], sum[:])
+			reseal(bad)
 			if _, err := Decode(bad, OpenOptions{}); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("got %v, want ErrCorrupt", err)
 			}

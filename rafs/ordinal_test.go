@@ -105,8 +105,7 @@ func TestChunkOrdinalChecked(t *testing.T) {
 				t.Fatalf("got ordinals %d, %d, want 0, 1", c0.Ordinal, c1.Ordinal)
 			}
 			binary.LittleEndian.PutUint32(bad[idx+56:], tc.ordinal)
-			sum := checksum(bad)
-			copy(bad[40:72], sum[:])
+			reseal(bad)
 			nb, err := Decode(bad, OpenOptions{})
 			if err == nil {
 				err = nb.Validate()
