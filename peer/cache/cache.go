@@ -93,6 +93,9 @@ func Open(cfg Config) (*Cache, error) {
 	if err := os.MkdirAll(c.paths.chunks, 0o755); err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)
 	}
+	if err := c.paths.makeShards(); err != nil {
+		return nil, fmt.Errorf("open cache: %w", err)
+	}
 	if err := c.Rescan(); err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)
 	}

@@ -2,6 +2,9 @@ package cache
 
 import (
 	"encoding/hex"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 
 	"damselfly/rafs"
@@ -66,4 +69,19 @@ func isLowerHex(s string) bool {
 		}
 	}
 	return true
+}
+
+// makeShards creates the 256 shard directories that do not exist yet.
+// Creating each on first use put a directory creation, contended by
+// concurrent writers, on a node's first pull: 2.1 CPU-seconds of about
+// 38 when 16 fresh nodes on one machine pulled 256 MiB. A shard deleted
+// later is still created again by the write that needs it.
+func (p paths) makeShards() error {
+	for i := range 256 {
+		err := os.Mkdir(p.chunks+"/"+hex.EncodeToString([]byte{byte(i)}), 0o755)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return nil
 }
