@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-
-	"lukechampine.com/blake3"
 )
 
 // The bootstrap layout; FORMAT.md documents every byte. All integers are
@@ -139,7 +137,7 @@ func ParseDigestAlgo(s string) (DigestAlgo, error) {
 // Sum returns the digest of data under a.
 func (a DigestAlgo) Sum(data []byte) Digest {
 	if a == DigestBlake3 {
-		return blake3.Sum256(data)
+		return blake3Sum(data)
 	}
 	return sha256.Sum256(data)
 }
