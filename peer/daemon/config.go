@@ -70,6 +70,9 @@ type HostConfig struct {
 	MaxConns        int           `mapstructure:"max_conns"`
 	MaxConnsPerPeer int           `mapstructure:"max_conns_per_peer"`
 	DialTimeout     time.Duration `mapstructure:"dial_timeout"`
+	// ResourceMetrics exports libp2p's resource-manager gauges
+	// (peer/host.Config.ResourceMetrics).
+	ResourceMetrics bool `mapstructure:"resource_metrics"`
 }
 
 // CacheConfig is the node cache's part of Config (see peer/cache.Config).
@@ -135,6 +138,7 @@ func (c Config) host() dhost.Config {
 		MaxConns:            c.Host.MaxConns,
 		MaxConnsPerPeer:     c.Host.MaxConnsPerPeer,
 		DialTimeout:         c.Host.DialTimeout,
+		ResourceMetrics:     c.Host.ResourceMetrics,
 	}
 	if !h.InsecureOpenCluster {
 		h.ClusterKeyFile = inDir(h.ClusterKeyFile, c.Dir, "cluster.key")

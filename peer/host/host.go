@@ -131,7 +131,11 @@ func limitOptions(cfg Config) ([]libp2p.Option, error) {
 		System:      rcmgr.ResourceLimits{Conns: n, ConnsInbound: n, ConnsOutbound: n},
 		PeerDefault: rcmgr.ResourceLimits{Conns: perPeer, ConnsInbound: perPeer, ConnsOutbound: perPeer},
 	}
-	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(partial.Build(scaling.AutoScale())))
+	var rmOpts []rcmgr.Option
+	if !cfg.ResourceMetrics || cfg.Registerer == nil {
+		rmOpts = append(rmOpts, rcmgr.WithMetricsDisabled())
+	}
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(partial.Build(scaling.AutoScale())), rmOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("resource manager: %w", err)
 	}
