@@ -88,19 +88,15 @@ func (n *Node) dispatch(ctx context.Context, g *group, route Route, wg *sync.Wai
 			continue
 		}
 		n.recent.learn(g.blob, p.Info, p.Chunks, now)
-		if n.avoided(p.Info.ID) {
-			// The Router has not taken our report yet. Say the assignment
-			// failed (which also ends its lease) and ask again soon.
-			n.router.Report(p.Info.ID, Outcome{Blob: g.blob})
-			retryAfter, waited = minWait(retryAfter, waited, minRetryDelay)
-			wait = append(wait, p.Chunks...)
-			continue
-		}
-		if n.slowAvoided(p.Info.ID) {
-			// p stalled on this node lately, which the Router cannot
-			// know for sure (its health only fell), so it may name p
-			// again while p is the only holder. End the assignment and
-			// get its chunks from recent parents or the origin now.
+		if n.skipParent(p.Info.ID) {
+			// p sent this node bad bytes or stalled on it lately. The
+			// Router may name it again all the same: it has not taken
+			// the report yet, lost it with a restart, or (for a stall,
+			// which it cannot know for sure) only lowered p's health
+			// while p is the only holder. Waiting for it to change its
+			// answer could take until FetchDeadline, so end the
+			// assignment (and its lease) and get the chunks from recent
+			// parents or the origin now.
 			n.router.Report(p.Info.ID, Outcome{Blob: g.blob})
 			elsewhere = append(elsewhere, p.Chunks...)
 			continue

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -9,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	lpeer "github.com/libp2p/go-libp2p/core/peer"
+
+	"damselfly/peer/cache"
 	"damselfly/proxy"
 	"damselfly/rafs"
 )
@@ -158,6 +162,26 @@ func TestNoRouter(t *testing.T) {
 	}
 }
 
+// corruptEntry replaces c's entry in cache by one with the same digest and
+// sizes and wrong bytes.
+func corruptEntry(t *testing.T, cache *cache.Cache, c rafs.Chunk) {
+	t.Helper()
+	meta, stored, err := cache.Get(c.Digest, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.Remove(c.Digest); err != nil {
+		t.Fatal(err)
+	}
+	stored = slices.Clone(stored)
+	for i := range stored {
+		stored[i] ^= 0x5a
+	}
+	if err := cache.Put(c.Digest, meta, stored); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestBadPeerReportedAndAvoided(t *testing.T) {
 	t.Parallel()
 	img := buildImage(t)
@@ -169,23 +193,9 @@ func TestBadPeerReportedAndAvoided(t *testing.T) {
 	if err := readAll(ctx, a.Node, o.ref(), img.blob, img.chunks); err != nil {
 		t.Fatalf("A: %v", err)
 	}
-	// Corrupt A's copy of chunk k: same digest and sizes, wrong bytes.
 	k := len(img.chunks) / 2
 	bad := img.chunks[k]
-	meta, stored, err := a.cache.Get(bad.Digest, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.cache.Remove(bad.Digest); err != nil {
-		t.Fatal(err)
-	}
-	stored = slices.Clone(stored)
-	for i := range stored {
-		stored[i] ^= 0x5a
-	}
-	if err := a.cache.Put(bad.Digest, meta, stored); err != nil {
-		t.Fatal(err)
-	}
+	corruptEntry(t, a.cache, bad)
 	before := o.bytes.Load()
 	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks); err != nil {
 		t.Fatalf("B: %v", err)
@@ -208,6 +218,67 @@ func TestBadPeerReportedAndAvoided(t *testing.T) {
 	}
 	if !b.avoided(a.h.ID()) {
 		t.Error("B still asks A")
+	}
+}
+
+// deafRouter records reports but never passes them to the scheduler, as a
+// scheduler that lost them (a restart, a full queue) would be: it keeps
+// naming the peer the reports were about.
+type deafRouter struct{ *router }
+
+func (r deafRouter) Report(_ lpeer.ID, o Outcome) {
+	r.mu.Lock()
+	r.reports = append(r.reports, o)
+	r.mu.Unlock()
+}
+
+// A peer that sent bad bytes and that the scheduler goes on naming (it
+// never heard the report): the reader does not wait for the scheduler to
+// change its mind, which could take until FetchDeadline, but takes the
+// chunks from the origin at once and asks the bad peer nothing more.
+func TestBadPeerNamedAgain(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{noVerify: true})
+	b := newNode(t, key, st, nodeOpts{
+		router: func(r *router) Router { return deafRouter{r} },
+		// Longer than the reads may take: a reader that waits for the
+		// scheduler fails the test.
+		cfg: func(c *NodeConfig) { c.FetchDeadline = time.Minute },
+	})
+	// Each read takes well under a second; waiting on the scheduler's
+	// answers took 30 s.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := readAll(ctx, a.Node, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	k := len(img.chunks) / 2
+	corruptEntry(t, a.cache, img.chunks[k])
+	before := o.bytes.Load()
+	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	if !b.avoided(a.h.ID()) {
+		t.Fatalf("B does not avoid A; B %+v", b.Stats())
+	}
+	if got := o.bytes.Load() - before; got < storedBytes(img.chunks[k:k+1]) {
+		t.Errorf("origin sent %d bytes, want at least the bad chunk's %d", got, storedBytes(img.chunks[k:k+1]))
+	}
+	// The scheduler still names A for every chunk; B goes around it.
+	for _, c := range img.chunks {
+		if err := b.cache.Remove(c.Digest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asked := a.srv.Stats().Streams
+	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatalf("B again: %v", err)
+	}
+	if got := a.srv.Stats().Streams - asked; got != 0 {
+		t.Errorf("B sent A %d requests while avoiding it, want 0", got)
 	}
 }
 
