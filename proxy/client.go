@@ -146,26 +146,41 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	for i := start; i < end; i++ {
-		var f frame
-		var p []byte
-		f, p, stored, err = readFrame(br, stored)
-		if err != nil {
+		readErr := func(err error) *ChunkError {
 			transient := !errors.Is(err, errProtocol) && ctx.Err() == nil
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // the response ended before this chunk
 			}
-			return stored, plain, &ChunkError{Index: i, Transient: transient, Err: fmt.Errorf("batch response: %w", err)}
+			return &ChunkError{Index: i, Transient: transient, Err: fmt.Errorf("batch response: %w", err)}
 		}
-		if f.failed {
-			return stored, plain, &ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
+		f, err := readFrameHead(br)
+		if err != nil {
+			return stored, plain, readErr(err)
 		}
+		var p []byte
+		p, stored = payloadBuf(f, stored)
 		c := chunks[i]
 		// The form is the proxy's to say; the digest algorithm is ours.
 		c.Flags = c.Flags&^rafs.ChunkCompressed | f.flags&rafs.ChunkCompressed
 		c.CompressedSize = f.length
-		// A raw chunk is its own plain form: hashed where it lies.
-		if err := rafs.VerifyChunk(c, p, &plain); err != nil {
-			return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
+		if !f.failed && !c.Compressed() && c.CompressedSize == c.Size {
+			// Raw: its own plain form, hashed as it arrives, while still
+			// in the CPU's caches.
+			if err := rafs.ReadRawChunk(br, c, p); errors.Is(err, rafs.ErrDigestMismatch) {
+				return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
+			} else if err != nil {
+				return stored, plain, readErr(unexpected(err))
+			}
+		} else {
+			if _, err := io.ReadFull(br, p); err != nil {
+				return stored, plain, readErr(unexpected(err))
+			}
+			if f.failed {
+				return stored, plain, &ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
+			}
+			if err := rafs.VerifyChunk(c, p, &plain); err != nil {
+				return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
+			}
 		}
 		dec := p
 		if c.Compressed() {

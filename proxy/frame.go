@@ -77,27 +77,50 @@ func appendFailedFrame(b []byte, transient bool, msg string) []byte {
 // stream that ends inside a frame gives io.ErrUnexpectedEOF; one that
 // ends before it io.EOF; anything malformed errProtocol.
 func readFrame(r io.Reader, buf []byte) (frame, []byte, []byte, error) {
+	f, err := readFrameHead(r)
+	if err != nil {
+		return frame{}, nil, buf, err
+	}
+	p, buf := payloadBuf(f, buf)
+	if _, err := io.ReadFull(r, p); err != nil {
+		return frame{}, nil, buf, unexpected(err)
+	}
+	return f, p, buf, nil
+}
+
+// payloadBuf returns buf[:f.length], growing buf first if it is too
+// small, and buf.
+func payloadBuf(f frame, buf []byte) ([]byte, []byte) {
+	if cap(buf) < int(f.length) {
+		buf = make([]byte, f.length)
+	}
+	return buf[:f.length], buf
+}
+
+// readFrameHead reads and checks the header of one frame from r, as
+// readFrame does, leaving its payload (f.length bytes) to be read.
+func readFrameHead(r io.Reader) (frame, error) {
 	var hdr [failedHeaderLen]byte
 	if _, err := io.ReadFull(r, hdr[:1]); err != nil {
-		return frame{}, nil, buf, err
+		return frame{}, err
 	}
 	var f frame
 	switch hdr[0] {
 	case frameOK:
 		if _, err := io.ReadFull(r, hdr[1:okHeaderLen]); err != nil {
-			return frame{}, nil, buf, unexpected(err)
+			return frame{}, unexpected(err)
 		}
 		f.flags = binary.BigEndian.Uint32(hdr[1:5])
 		f.length = binary.BigEndian.Uint32(hdr[5:9])
 		if f.flags&^knownFlags != 0 {
-			return frame{}, nil, buf, fmt.Errorf("%w: unknown chunk flags %#x", errProtocol, f.flags)
+			return frame{}, fmt.Errorf("%w: unknown chunk flags %#x", errProtocol, f.flags)
 		}
 		if f.length == 0 || f.length > rafs.MaxChunkSize {
-			return frame{}, nil, buf, fmt.Errorf("%w: chunk of %d bytes", errProtocol, f.length)
+			return frame{}, fmt.Errorf("%w: chunk of %d bytes", errProtocol, f.length)
 		}
 	case frameFailed:
 		if _, err := io.ReadFull(r, hdr[1:failedHeaderLen]); err != nil {
-			return frame{}, nil, buf, unexpected(err)
+			return frame{}, unexpected(err)
 		}
 		f.failed = true
 		switch hdr[1] {
@@ -105,26 +128,19 @@ func readFrame(r io.Reader, buf []byte) (frame, []byte, []byte, error) {
 			f.transient = true
 		case kindPermanent:
 		default:
-			return frame{}, nil, buf, fmt.Errorf("%w: unknown failure kind %d", errProtocol, hdr[1])
+			return frame{}, fmt.Errorf("%w: unknown failure kind %d", errProtocol, hdr[1])
 		}
 		if flags := binary.BigEndian.Uint32(hdr[2:6]); flags != 0 {
-			return frame{}, nil, buf, fmt.Errorf("%w: flags %#x on a failed frame", errProtocol, flags)
+			return frame{}, fmt.Errorf("%w: flags %#x on a failed frame", errProtocol, flags)
 		}
 		f.length = binary.BigEndian.Uint32(hdr[6:10])
 		if f.length > MaxErrorMessage {
-			return frame{}, nil, buf, fmt.Errorf("%w: error message of %d bytes", errProtocol, f.length)
+			return frame{}, fmt.Errorf("%w: error message of %d bytes", errProtocol, f.length)
 		}
 	default:
-		return frame{}, nil, buf, fmt.Errorf("%w: unknown frame status %d", errProtocol, hdr[0])
+		return frame{}, fmt.Errorf("%w: unknown frame status %d", errProtocol, hdr[0])
 	}
-	if cap(buf) < int(f.length) {
-		buf = make([]byte, f.length)
-	}
-	p := buf[:f.length]
-	if _, err := io.ReadFull(r, p); err != nil {
-		return frame{}, nil, buf, unexpected(err)
-	}
-	return f, p, buf, nil
+	return f, nil
 }
 
 // unexpected turns an EOF inside a frame into io.ErrUnexpectedEOF.

@@ -26,43 +26,66 @@ var blake3Tails = sync.Pool{New: func() any { return new([blake3GroupSize]byte) 
 // goroutines and the wake-ups of idle threads they cause, which on a node
 // whose cores are already busy moving chunks (every verification hashes
 // a whole chunk) cost more than the parallelism returns.
-//
-// The tree is BLAKE3's: 1 KiB chunks are the leaves, and every subtree
-// is as large a power of two of chunks as fits, left to right. The input
-// is hashed 16 chunks at a time; each full group is a complete subtree of
-// height 4, merged into a stack by height the way a binary counter
-// carries; the last group (1 byte to 16 KiB) is the rightmost subtree, and
-// the stack folds onto it from the top down.
 func blake3Sum(b []byte) Digest {
 	if len(b) <= guts.ChunkSize {
 		return blake3.Sum256(b) // one chunk: no tree, no goroutines
 	}
-	key := &guts.IV
-	var stack [64][8]uint32 // stack[h]: a subtree of height h, if counter's bit h is set
-	var counter uint64      // chunks hashed into the stack
-	for len(b) > blake3GroupSize {
-		cv := guts.ChainingValue(guts.CompressBuffer((*[blake3GroupSize]byte)(b), blake3GroupSize, key, counter, 0))
-		h := blake3GroupHeight
-		for ; counter&(1<<h) != 0; h++ {
-			cv = guts.ChainingValue(guts.ParentNode(stack[h], cv, key, 0))
+	var h blake3Progress
+	h.advance(b, len(b))
+	return h.finish(b)
+}
+
+// blake3Progress hashes an input of known length that arrives front to
+// back, so that each part is hashed while it is still in the CPU's
+// caches: advance hashes what has arrived, finish the rest.
+//
+// The tree is BLAKE3's: 1 KiB chunks are the leaves, and every subtree
+// is as large a power of two of chunks as fits, left to right. The input
+// is hashed 16 chunks at a time; each full group but the last is a
+// complete subtree of height 4, merged into a stack by height the way a
+// binary counter carries; the last group (1 byte to 16 KiB) is the
+// rightmost subtree, and the stack folds onto it from the top down.
+type blake3Progress struct {
+	stack   [64][8]uint32 // stack[h]: a subtree of height h, if counter's bit h is set
+	counter uint64        // chunks hashed into the stack
+	done    int           // bytes hashed into the stack
+}
+
+// advance hashes the groups of in that lie within its first filled bytes,
+// except the last group of in: which group is last decides how it is
+// hashed, so it waits for finish.
+func (h *blake3Progress) advance(in []byte, filled int) {
+	for h.done+blake3GroupSize <= filled && h.done+blake3GroupSize < len(in) {
+		g := (*[blake3GroupSize]byte)(in[h.done:])
+		cv := guts.ChainingValue(guts.CompressBuffer(g, blake3GroupSize, &guts.IV, h.counter, 0))
+		ht := blake3GroupHeight
+		for ; h.counter&(1<<ht) != 0; ht++ {
+			cv = guts.ChainingValue(guts.ParentNode(h.stack[ht], cv, &guts.IV, 0))
 		}
-		stack[h] = cv
-		counter += blake3GroupChunks
-		b = b[blake3GroupSize:]
+		h.stack[ht] = cv
+		h.counter += blake3GroupChunks
+		h.done += blake3GroupSize
 	}
+}
+
+// finish hashes the rest of in, all of which has arrived, and returns the
+// digest of in.
+func (h *blake3Progress) finish(in []byte) Digest {
+	h.advance(in, len(in))
+	last := in[h.done:]
 	var n guts.Node
-	if len(b) == blake3GroupSize {
-		n = guts.CompressBuffer((*[blake3GroupSize]byte)(b), len(b), key, counter, 0)
+	if len(last) == blake3GroupSize {
+		n = guts.CompressBuffer((*[blake3GroupSize]byte)(last), len(last), &guts.IV, h.counter, 0)
 	} else {
 		tail := blake3Tails.Get().(*[blake3GroupSize]byte)
-		copy(tail[:], b)
-		clear(tail[len(b):])
-		n = guts.CompressBuffer(tail, len(b), key, counter, 0)
+		copy(tail[:], last)
+		clear(tail[len(last):])
+		n = guts.CompressBuffer(tail, len(last), &guts.IV, h.counter, 0)
 		blake3Tails.Put(tail)
 	}
-	for h := bits.TrailingZeros64(counter); h < bits.Len64(counter); h++ {
-		if counter&(1<<h) != 0 {
-			n = guts.ParentNode(stack[h], guts.ChainingValue(n), key, 0)
+	for ht := bits.TrailingZeros64(h.counter); ht < bits.Len64(h.counter); ht++ {
+		if h.counter&(1<<ht) != 0 {
+			n = guts.ParentNode(h.stack[ht], guts.ChainingValue(n), &guts.IV, 0)
 		}
 	}
 	n.Flags |= guts.FlagRoot

@@ -149,14 +149,15 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 		// chunk and serves it from memory meanwhile), where a reused
 		// one would have to be copied.
 		stored := make([]byte, n)
-		if _, err := io.ReadFull(r, stored); err != nil {
+		sc := served(c, compressed, n)
+		bad, err := readStored(r, sc, stored, dp)
+		if err != nil {
 			return fmt.Errorf("chunk %d (%s): read %d stored bytes: %w", i, c.Digest, n, err)
 		}
-		sc := served(c, compressed, n)
-		if err := rafs.VerifyChunk(sc, stored, dp); err != nil {
+		if bad != nil {
 			res.Bad = []rafs.Chunk{c}
 			res.Unanswered = chunks[i+1:]
-			return fmt.Errorf("%w: chunk %d: %w", ErrBadChunk, i, err)
+			return fmt.Errorf("%w: chunk %d: %w", ErrBadChunk, i, bad)
 		}
 		res.Delivered++
 		res.Bytes += int64(n)
@@ -167,6 +168,23 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 	}
 	res.Unanswered = nil
 	return nil
+}
+
+// readStored reads chunk c's stored bytes (len(stored) of them) from r
+// and verifies them: bad is the verification's failure, err a read's. A
+// raw chunk is hashed as it arrives, while still in the CPU's caches.
+func readStored(r io.Reader, c rafs.Chunk, stored []byte, scratch *[]byte) (bad, err error) {
+	if !c.Compressed() && c.CompressedSize == c.Size {
+		err := rafs.ReadRawChunk(r, c, stored)
+		if errors.Is(err, rafs.ErrDigestMismatch) {
+			return err, nil
+		}
+		return nil, err
+	}
+	if _, err := io.ReadFull(r, stored); err != nil {
+		return nil, err
+	}
+	return rafs.VerifyChunk(c, stored, scratch), nil
 }
 
 // idleReader reads from a stream with a deadline that moves with
