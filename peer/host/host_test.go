@@ -61,8 +61,13 @@ func TestConnectSameKey(t *testing.T) {
 	key := writeKey(t, dir, "cluster.key")
 	a := startHost(t, testConfig(filepath.Join(dir, "a"), key))
 	b := startHost(t, testConfig(filepath.Join(dir, "b"), key))
-	a.SetStreamHandler(echoProto, echo)
+	echoOnce(t, a, b, "hello, cluster")
+}
 
+// echoOnce connects b to a and sends msg through an echo stream.
+func echoOnce(t *testing.T, a, b *Host, msg string) {
+	t.Helper()
+	a.SetStreamHandler(echoProto, echo)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := b.Connect(ctx, a.AddrInfo()); err != nil {
@@ -73,19 +78,14 @@ func TestConnectSameKey(t *testing.T) {
 		t.Fatalf("new stream: %v", err)
 	}
 	defer s.Close()
-	msg := []byte("hello, cluster")
-	if _, err := s.Write(msg); err != nil {
+	if _, err := s.Write([]byte(msg)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := io.ReadAll(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != string(msg) {
-		t.Fatalf("got %q, want %q", got, msg)
+	if got, err := io.ReadAll(s); err != nil || string(got) != msg {
+		t.Fatalf("echo: got %q, %v; want %q", got, err, msg)
 	}
 }
 

@@ -1,14 +1,11 @@
 package host
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -35,31 +32,6 @@ func rcmgrSeries(t *testing.T, reg *prometheus.Registry) string {
 	return strings.Join(lines, "\n")
 }
 
-// echoOnce connects b to a and sends a message through an echo stream.
-func echoOnce(t *testing.T, a, b *Host) {
-	t.Helper()
-	a.SetStreamHandler(echoProto, echo)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if err := b.Connect(ctx, a.AddrInfo()); err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	s, err := b.NewStream(ctx, a.ID(), echoProto)
-	if err != nil {
-		t.Fatalf("new stream: %v", err)
-	}
-	defer s.Close()
-	if _, err := s.Write([]byte("ping")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := io.ReadAll(s); err != nil || string(got) != "ping" {
-		t.Fatalf("echo: %q, %v", got, err)
-	}
-}
-
 // TestResourceMetrics checks that the resource manager's gauges stay
 // untouched by default, even with a Registerer, and move when
 // ResourceMetrics asks for them. Not parallel: the gauges are shared by
@@ -76,7 +48,7 @@ func TestResourceMetrics(t *testing.T) {
 			a := startHost(t, ca)
 			before := rcmgrSeries(t, reg)
 			b := startHost(t, cb)
-			echoOnce(t, a, b)
+			echoOnce(t, a, b, "ping")
 			after := rcmgrSeries(t, reg)
 			if changed := before != after; changed != on {
 				t.Fatalf("resource metrics %v: gauges changed %v\nbefore:\n%s\nafter:\n%s", on, changed, before, after)
