@@ -145,17 +145,17 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 		return stored, plain, &ChunkError{Index: start, Err: fmt.Errorf("%w: content type %q", errProtocol, resp.Header.Get("Content-Type"))}
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
-	for i := start; i < end; i++ {
-		readErr := func(err error) *ChunkError {
-			transient := !errors.Is(err, errProtocol) && ctx.Err() == nil
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF // the response ended before this chunk
-			}
-			return &ChunkError{Index: i, Transient: transient, Err: fmt.Errorf("batch response: %w", err)}
+	readErr := func(i int, err error) *ChunkError {
+		transient := !errors.Is(err, errProtocol) && ctx.Err() == nil
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // the response ended before this chunk
 		}
+		return &ChunkError{Index: i, Transient: transient, Err: fmt.Errorf("batch response: %w", err)}
+	}
+	for i := start; i < end; i++ {
 		f, err := readFrameHead(br)
 		if err != nil {
-			return stored, plain, readErr(err)
+			return stored, plain, readErr(i, err)
 		}
 		var p []byte
 		p, stored = payloadBuf(f, stored)
@@ -169,11 +169,11 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 			if err := rafs.ReadRawChunk(br, c, p); errors.Is(err, rafs.ErrDigestMismatch) {
 				return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
 			} else if err != nil {
-				return stored, plain, readErr(unexpected(err))
+				return stored, plain, readErr(i, unexpected(err))
 			}
 		} else {
 			if _, err := io.ReadFull(br, p); err != nil {
-				return stored, plain, readErr(unexpected(err))
+				return stored, plain, readErr(i, unexpected(err))
 			}
 			if f.failed {
 				return stored, plain, &ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
