@@ -38,6 +38,9 @@ type Config struct {
 	// its unix socket, as a mount daemon's go with proxy.url unix:///...;
 	// by default they go over loopback TCP, as with configs/mount.yaml.
 	ReaderSocket bool
+	// CacheDirect has the nodes' caches read and write with direct I/O
+	// (cache.direct_io true) instead of through the page cache.
+	CacheDirect bool
 	// Spread starts node i's reading i/Nodes of the way into the image
 	// (wrapping around), as whole-image prefetches free to choose their
 	// order would; by default every node reads in the same order, as

@@ -53,6 +53,7 @@ func main() {
 	flag.IntVar(&cfg.Readers, "readers", cfg.Readers, "requests each node keeps in flight")
 	flag.IntVar(&cfg.BatchChunks, "batch-chunks", cfg.BatchChunks, "chunks per request")
 	flag.BoolVar(&cfg.ReaderSocket, "reader-socket", false, "readers reach their node's proxy over its unix socket (default: loopback TCP)")
+	flag.BoolVar(&cfg.CacheDirect, "cache-direct", false, "node caches use direct I/O (default: the page cache, as the peer daemon's default)")
 	flag.BoolVar(&cfg.Spread, "spread", cfg.Spread, "start node i's reading i/nodes of the way into the image (default: every node reads in the same order)")
 	flag.IntVar(&cfg.MaxChildren, "tree-max-children", 0, "the scheduler's tree_max_children (0: its default)")
 	flag.DurationVar(&cfg.StarveAfter, "tree-starve-after", 0, "the scheduler's tree_starve_after (0: its default)")
@@ -62,18 +63,20 @@ func main() {
 	flag.StringVar(&cfg.Work, "work", "", "work directory (default: a new temporary one, removed at the end)")
 	flag.BoolVar(&cfg.Verbose, "v", false, "show the daemons' warnings")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measurement to `FILE`")
+	memProfile := flag.String("memprofile", "", "write an allocation profile of the whole process to `FILE` at the end")
 	results := flag.String("results", "", "write the benchmark report `FILE` (RESULTS.md) from OUT's reports instead of measuring")
 	flag.Parse()
 
-	if err := runMain(cfg, *cpuProfile, *results); err != nil {
+	if err := runMain(cfg, *cpuProfile, *memProfile, *results); err != nil {
 		fmt.Fprintln(os.Stderr, "distribution:", err)
 		os.Exit(1)
 	}
 }
 
 // runMain measures, or with results writes RESULTS.md, under a CPU
-// profile when cpuProfile names a file.
-func runMain(cfg Config, cpuProfile, results string) error {
+// profile when cpuProfile names a file. When memProfile names one, the
+// allocations of the whole process go there at the end.
+func runMain(cfg Config, cpuProfile, memProfile, results string) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if cpuProfile != "" {
@@ -83,10 +86,17 @@ func runMain(cfg Config, cpuProfile, results string) error {
 		}
 		defer stopProfile()
 	}
+	if memProfile != "" {
+		defer func() {
+			if werr := writeHeapProfile(memProfile); err == nil {
+				err = werr
+			}
+		}()
+	}
 	if results != "" {
 		return writeResults(results, cfg.Out)
 	}
-	_, err := run(ctx, cfg, os.Stderr)
+	_, err = run(ctx, cfg, os.Stderr)
 	return err
 }
 
@@ -102,6 +112,20 @@ func startProfile(file string) (func(), error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// writeHeapProfile writes the heap profile, whose alloc_space sample
+// counts every byte allocated since the process started.
+func writeHeapProfile(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // run measures cfg's scenario, records it in cfg.Out and returns it.
@@ -149,8 +173,8 @@ func run(ctx context.Context, cfg Config, progress io.Writer) (_ *Scenario, err 
 		RTTms: float64(cfg.RTT) / float64(time.Millisecond), P2P: cfg.P2P, Spread: cfg.Spread, Readers: cfg.Readers, BatchChunks: cfg.BatchChunks,
 		MaxChildren: cfg.MaxChildren, StarveAfterMs: float64(cfg.StarveAfter) / float64(time.Millisecond),
 		HedgeDelayMs: float64(cfg.HedgeDelay) / float64(time.Millisecond),
-		ReaderSocket: cfg.ReaderSocket,
-		ImageBytes:   img.bytes, ChunkBytes: img.chunk, Measured: time.Now().UTC().Format(time.RFC3339), Machine: machine(),
+		ReaderSocket: cfg.ReaderSocket, CacheDirect: cfg.CacheDirect,
+		ImageBytes: img.bytes, ChunkBytes: img.chunk, Measured: time.Now().UTC().Format(time.RFC3339), Machine: machine(),
 		Command: command(cfg),
 		Bound:   floor(cfg.P2P, cfg.Nodes, img.bytes, img.chunk, bytesPerSec(cfg.NodeMbit), bytesPerSec(cfg.originMbit())),
 	}
@@ -196,6 +220,9 @@ func command(cfg Config) string {
 	}
 	if cfg.ReaderSocket {
 		args = append(args, "-reader-socket")
+	}
+	if cfg.CacheDirect {
+		args = append(args, "-cache-direct")
 	}
 	if cfg.MaxChildren != 0 {
 		args = append(args, fmt.Sprintf("-tree-max-children %d", cfg.MaxChildren))

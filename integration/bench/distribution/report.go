@@ -33,13 +33,15 @@ type Scenario struct {
 	HedgeDelayMs float64 `json:"hedge_delay_ms,omitempty"`
 	// The readers reached their node's proxy over its unix socket rather
 	// than loopback TCP.
-	ReaderSocket bool   `json:"reader_socket,omitempty"`
-	ImageBytes   int64  `json:"image_bytes"` // stored bytes of every blob
-	ChunkBytes   int64  `json:"chunk_bytes"`
-	Measured     string `json:"measured"` // UTC, RFC 3339
-	Machine      string `json:"machine"`
-	Command      string `json:"command"`
-	Bound        Bound  `json:"bound"`
+	ReaderSocket bool `json:"reader_socket,omitempty"`
+	// The node caches used direct I/O, not the page cache.
+	CacheDirect bool   `json:"cache_direct,omitempty"`
+	ImageBytes  int64  `json:"image_bytes"` // stored bytes of every blob
+	ChunkBytes  int64  `json:"chunk_bytes"`
+	Measured    string `json:"measured"` // UTC, RFC 3339
+	Machine     string `json:"machine"`
+	Command     string `json:"command"`
+	Bound       Bound  `json:"bound"`
 	// Medians over Runs.
 	OriginRatio float64     `json:"origin_ratio"`
 	P50         float64     `json:"p50_seconds"`
@@ -88,6 +90,9 @@ func scenarioKey(c Config) string {
 	}
 	if c.ReaderSocket {
 		mode += " reader=unix"
+	}
+	if c.CacheDirect {
+		mode += " cache=direct"
 	}
 	if c.MaxChildren != 0 {
 		mode += fmt.Sprintf(" tree-max-children=%d", c.MaxChildren)
@@ -191,6 +196,9 @@ func (r *Report) markdown() string {
 		}
 		if s.ReaderSocket {
 			mode += ", readers over the unix socket"
+		}
+		if s.CacheDirect {
+			mode += ", node caches with direct I/O"
 		}
 		bound, p50r, p99r := "—", "—", "—"
 		if s.Bound.Seconds > 0 {

@@ -23,6 +23,10 @@ type NodeResult struct {
 	Bytes       int64 `json:"bytes"`
 	PeerBytes   int64 `json:"peer_bytes"`
 	OriginBytes int64 `json:"origin_bytes"`
+	// DuplicateBytes arrived for chunks the node already had (the
+	// second copy of a hedged fetch); Hedges counts the hedged fetches.
+	DuplicateBytes int64 `json:"duplicate_bytes"`
+	Hedges         int64 `json:"hedges"`
 }
 
 // RunResult is one run of a scenario.
@@ -40,7 +44,11 @@ type RunResult struct {
 	// from the start to the last node's end; divided by Max it is the
 	// cores it kept busy. A figure near the cores the machine could give
 	// it means the run was CPU-bound, not link-bound.
-	CPUSeconds float64      `json:"cpu_seconds"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// SysSeconds is the kernel's part of CPUSeconds, PageFaults the
+	// process's minor page faults over the same span.
+	SysSeconds float64      `json:"sys_seconds"`
+	PageFaults int64        `json:"page_faults"`
 	Nodes      []NodeResult `json:"nodes"`
 }
 
@@ -87,16 +95,18 @@ func measure(ctx context.Context, cfg Config, img *image, registryAddr, dir stri
 			return nil
 		})
 	}
-	cpu0 := cpuTime()
+	cpu0, sys0, faults0 := usage()
 	t0 = time.Now()
 	close(start)
 	if err := g.Wait(); err != nil {
 		return RunResult{}, err
 	}
-	res.CPUSeconds = cpuTime() - cpu0
+	cpu1, sys1, faults1 := usage()
+	res.CPUSeconds, res.SysSeconds, res.PageFaults = cpu1-cpu0, sys1-sys0, faults1-faults0
 	for i, d := range c.nodes {
 		st := d.Node().Stats()
 		res.Nodes[i].PeerBytes, res.Nodes[i].OriginBytes = st.PeerBytes, st.OriginBytes
+		res.Nodes[i].DuplicateBytes, res.Nodes[i].Hedges = st.DuplicateBytes, st.Hedges
 	}
 	res.OriginBytes = c.origin.Stats().DownBytes
 	res.OriginRatio = float64(res.OriginBytes) / float64(img.bytes)
@@ -133,11 +143,20 @@ func median(xs []float64) float64 {
 
 // cpuTime is the user and system CPU seconds this process has used.
 func cpuTime() float64 {
+	cpu, _, _ := usage()
+	return cpu
+}
+
+// usage is the process's CPU time (user plus system) in seconds, its
+// system time alone, and the page faults it took without I/O: first
+// touches of memory, which are dear on virtual machines whose host
+// takes freed memory back.
+func usage() (cpu, sys float64, faults int64) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(), time.Duration(ru.Stime.Nano()).Seconds(), ru.Minflt
 }
 
 // loadavg is /proc/loadavg's first three fields, or "" where there is
