@@ -41,6 +41,11 @@ type CacheConfig struct {
 	Capacity      int64   `mapstructure:"capacity"` // bytes; 0 = unlimited
 	HighWatermark float64 `mapstructure:"high_watermark"`
 	LowWatermark  float64 `mapstructure:"low_watermark"`
+	// DirectIO reads and writes chunk files past the page cache (see
+	// peer/cache.Config.DirectIO). Off by default: the mount daemon reads
+	// the cache on the path of a FUSE read, where a chunk the page cache
+	// still holds answers sooner.
+	DirectIO bool `mapstructure:"direct_io"`
 }
 
 // PrefetchConfig controls the background fetch after mounting.

@@ -126,7 +126,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	cleanups = append(cleanups, d.boot.Close, d.be.Close)
 	if c := opts.Config.Cache; c.Dir != "" {
-		d.cache, err = cache.Open(cache.Config{Dir: c.Dir, Capacity: c.Capacity, HighWatermark: c.HighWatermark, LowWatermark: c.LowWatermark, Logger: d.log})
+		d.cache, err = cache.Open(cache.Config{Dir: c.Dir, Capacity: c.Capacity, HighWatermark: c.HighWatermark, LowWatermark: c.LowWatermark, DirectIO: c.DirectIO, Logger: d.log})
 		if err != nil {
 			return fmt.Errorf("node cache: %w", err)
 		}

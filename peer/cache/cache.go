@@ -53,6 +53,9 @@ type Cache struct {
 	rescanEvery int64
 
 	closed atomic.Bool
+	// direct is whether entry files are read and written with direct I/O:
+	// Config.DirectIO, unless the file system refused it at Open.
+	direct atomic.Bool
 	// evictMu lets one rescan run at a time in this Cache. It is taken
 	// before the directory lock, and never while mu is held.
 	evictMu sync.Mutex
@@ -95,6 +98,19 @@ func Open(cfg Config) (*Cache, error) {
 	}
 	if err := c.paths.makeShards(); err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)
+	}
+	if cfg.DirectIO {
+		probe := probeDirect
+		if cfg.probeDirect != nil {
+			probe = cfg.probeDirect
+		}
+		// In a shard, as a temp file: if this process dies before
+		// deleting it, a later scan does.
+		if probe(c.paths.shard(rafs.Digest{})) {
+			c.direct.Store(true)
+		} else {
+			c.log.Info("cache: the file system refuses direct I/O; reading and writing through the page cache", "dir", cfg.Dir)
+		}
 	}
 	if err := c.Rescan(); err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)

@@ -3,6 +3,8 @@ package cache
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"slices"
 	"testing"
 
@@ -21,47 +23,61 @@ func TestRoundTrip(t *testing.T) {
 		{"empty", makeChunk(3, 0, false), nil},
 		{"into a large dst", makeChunk(4, 4096, false), make([]byte, 10, 8192)},
 		{"into a small dst", makeChunk(5, 4096, false), make([]byte, 10)},
+		{"one aligned block", makeChunk(6, 4096-headerSize, false), nil},
+		{"one byte over a block", makeChunk(7, 4097-headerSize, false), nil},
+		{"largest", makeChunk(8, rafs.MaxChunkSize, false), nil},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			c := openTest(t, Config{})
-			d := tt.chunk.ck.Digest
-			if c.Has(d) {
-				t.Fatal("Has before Put: got true")
-			}
-			_, _, err := c.Get(d, nil)
-			wantNotFound(t, "Get before Put", err)
-			mustPut(t, c, d, tt.chunk.meta(), tt.chunk.stored)
-			if !c.Has(d) {
-				t.Fatal("Has after Put: got false")
-			}
-			m, got, err := c.Get(d, tt.dst)
-			if err != nil {
-				t.Fatalf("Get: %v", err)
-			}
-			if m != tt.chunk.meta() {
-				t.Errorf("meta: got %+v, want %+v", m, tt.chunk.meta())
-			}
-			if !bytes.Equal(got, tt.chunk.stored) {
-				t.Errorf("stored bytes differ: got %d bytes, want %d", len(got), len(tt.chunk.stored))
-			}
-			if cap(tt.dst) >= len(got) && len(got) > 0 && &got[0] != &tt.dst[:1][0] {
-				t.Error("Get did not reuse dst's capacity")
-			}
-			dst := make([]byte, tt.chunk.ck.Size)
-			if err := c.ReadChunk(tt.chunk.ck, dst); err != nil {
-				t.Fatalf("ReadChunk: %v", err)
-			}
-			if !bytes.Equal(dst, tt.chunk.data) {
-				t.Error("ReadChunk: content differs")
-			}
-			s := c.Stats()
-			want := Stats{Entries: 1, Bytes: headerSize + int64(len(tt.chunk.stored)), Hits: 2, Misses: 1, Puts: 1}
-			if s != want {
-				t.Errorf("stats: got %+v, want %+v", s, want)
-			}
-		})
+		for _, direct := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/direct=%v", tt.name, direct), func(t *testing.T) {
+				t.Parallel()
+				roundTrip(t, openTestIO(t, Config{DirectIO: direct}), tt.chunk, tt.dst, direct)
+			})
+		}
+	}
+}
+
+// roundTrip puts tc in c and reads it back every way (Get into dst, then
+// ReadChunk), checking bytes, metadata, counters and the file's length.
+func roundTrip(t *testing.T, c *Cache, tc testChunk, dst []byte, direct bool) {
+	t.Helper()
+	d := tc.ck.Digest
+	if c.Has(d) {
+		t.Fatal("Has before Put: got true")
+	}
+	_, _, err := c.Get(d, nil)
+	wantNotFound(t, "Get before Put", err)
+	mustPut(t, c, d, tc.meta(), tc.stored)
+	if !c.Has(d) {
+		t.Fatal("Has after Put: got false")
+	}
+	m, got, err := c.Get(d, dst)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if m != tc.meta() {
+		t.Errorf("meta: got %+v, want %+v", m, tc.meta())
+	}
+	if !bytes.Equal(got, tc.stored) {
+		t.Errorf("stored bytes differ: got %d bytes, want %d", len(got), len(tc.stored))
+	}
+	if cap(dst) >= len(got) && len(got) > 0 && &got[0] != &dst[:1][0] {
+		t.Error("Get did not reuse dst's capacity")
+	}
+	content := make([]byte, tc.ck.Size)
+	if err := c.ReadChunk(tc.ck, content); err != nil {
+		t.Fatalf("ReadChunk: %v", err)
+	}
+	if !bytes.Equal(content, tc.data) {
+		t.Error("ReadChunk: content differs")
+	}
+	s := c.Stats()
+	want := Stats{Entries: 1, Bytes: headerSize + int64(len(tc.stored)), Hits: 2, Misses: 1, Puts: 1, Direct: direct}
+	if s != want {
+		t.Errorf("stats: got %+v, want %+v", s, want)
+	}
+	if fi, err := os.Stat(c.paths.entry(d)); err != nil || fi.Size() != want.Bytes {
+		t.Errorf("entry file: %v, %v; want %d bytes", fi, err, want.Bytes)
 	}
 }
 

@@ -30,7 +30,7 @@ func (c *Cache) ReadChunk(ck rafs.Chunk, dst []byte) error {
 		return ErrClosed
 	}
 	path := c.paths.entry(ck.Digest)
-	e, err := openEntry(path, ck.Digest)
+	e, err := openEntry(path, ck.Digest, c.direct.Load())
 	if e != nil {
 		defer e.Close()
 	}

@@ -29,6 +29,17 @@ type Config struct {
 	// down to; 0 means DefaultLowWatermark. It must be in (0, 1) and below
 	// HighWatermark.
 	LowWatermark float64
+	// DirectIO reads and writes entry files with direct I/O (O_DIRECT),
+	// past the kernel's page cache, where the file system supports it
+	// (Open checks; elsewhere the cache stays buffered). A node cache
+	// written this way does not fill memory with tens of gigabytes of
+	// image data the mount's own page cache already holds where it is
+	// hot, nor flood the disk with writeback later; reads of a chunk go
+	// to the device each time. Processes sharing Dir may differ in this.
+	DirectIO bool
+	// probeDirect replaces the check Open makes of direct I/O, in tests
+	// acting out a file system without it.
+	probeDirect func(dir string) bool
 	// Logger receives corrupt-entry warnings and eviction summaries; nil
 	// discards them.
 	Logger *slog.Logger

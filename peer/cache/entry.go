@@ -22,6 +22,9 @@ type entryFile struct {
 	f   *os.File
 	fi  fs.FileInfo
 	hdr header
+	// whole is the entire file, read at once by a direct read (nil for a
+	// buffered one); Close returns it to its pool.
+	whole *[]byte
 }
 
 // openEntry opens the entry file at path for d. The error satisfies
@@ -31,8 +34,20 @@ type entryFile struct {
 // file was opened, openEntry returns it even with an error (the caller
 // needs its identity to delete a corrupt file safely) and the caller
 // closes it.
-func openEntry(path string, d rafs.Digest) (*entryFile, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+//
+// With direct set, the file is read with direct I/O (O_DIRECT), whole and
+// at once, past the page cache; where the kernel refuses that, it is read
+// buffered.
+func openEntry(path string, d rafs.Digest, direct bool) (*entryFile, error) {
+	flags := os.O_RDONLY | syscall.O_NOFOLLOW
+	if direct {
+		flags |= syscall.O_DIRECT
+	}
+	f, err := os.OpenFile(path, flags, 0)
+	if direct && err != nil && isDirectRefused(err) {
+		direct = false
+		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	}
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, corruptf("%s is a symlink", path)
@@ -40,12 +55,16 @@ func openEntry(path string, d rafs.Digest) (*entryFile, error) {
 		return nil, err
 	}
 	e := &entryFile{f: f}
-	return e, e.check(d)
+	return e, e.check(d, direct)
 }
 
 // check reads and checks the header and the file's length, before anything
 // is allocated for the payload.
-func (e *entryFile) check(d rafs.Digest) error {
+//
+// A direct read takes the whole file (at most maxEntrySize, checked
+// first) in one call, payload included: one request to the device
+// instead of two.
+func (e *entryFile) check(d rafs.Digest, direct bool) error {
 	fi, err := e.f.Stat()
 	if err != nil {
 		return err
@@ -57,11 +76,20 @@ func (e *entryFile) check(d rafs.Digest) error {
 	if fi.Size() < headerSize || fi.Size() > maxEntrySize {
 		return corruptf("file of %d bytes, want %d to %d", fi.Size(), headerSize, maxEntrySize)
 	}
-	var b [headerSize]byte
-	if _, err := e.f.ReadAt(b[:], 0); err != nil {
-		return shortRead(err)
+	var b []byte
+	if direct {
+		if b, err = e.readWhole(int(fi.Size())); err != nil {
+			return err
+		}
 	}
-	h, err := decodeHeader(b[:])
+	if b == nil {
+		var hb [headerSize]byte
+		if _, err := e.f.ReadAt(hb[:], 0); err != nil {
+			return shortRead(err)
+		}
+		b = hb[:]
+	}
+	h, err := decodeHeader(b[:headerSize])
 	if err != nil {
 		return err
 	}
@@ -80,7 +108,9 @@ func (e *entryFile) check(d rafs.Digest) error {
 func (e *entryFile) readPayload(dst []byte) ([]byte, error) {
 	n := int(e.hdr.meta.StoredSize)
 	dst = slices.Grow(dst[:0], n)[:n]
-	if _, err := e.f.ReadAt(dst, headerSize); err != nil {
+	if e.whole != nil {
+		copy(dst, (*e.whole)[headerSize:])
+	} else if _, err := e.f.ReadAt(dst, headerSize); err != nil {
 		return nil, shortRead(err)
 	}
 	if got := crc32.Checksum(dst, castagnoli); got != e.hdr.payloadCRC {
@@ -89,7 +119,36 @@ func (e *entryFile) readPayload(dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
-func (e *entryFile) Close() error { return e.f.Close() }
+// readWhole reads the file, size bytes by its stat, with direct I/O into
+// e.whole. It returns nil bytes and no error when the device refused the
+// direct read: f is then buffered, and the caller reads it so.
+func (e *entryFile) readWhole(size int) ([]byte, error) {
+	bp := getAligned(alignUp(size))
+	n, err := preadDirect(e.f, *bp)
+	if err != nil {
+		putAligned(bp)
+		if isDirectRefused(err) && clearDirect(e.f) == nil {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if n != size {
+		putAligned(bp)
+		return nil, corruptf("file of %d bytes read as %d: changed in place", size, n)
+	}
+	*bp = (*bp)[:size]
+	e.whole = bp
+	return *bp, nil
+}
+
+func (e *entryFile) Close() error {
+	if e.whole != nil {
+		*e.whole = (*e.whole)[:cap(*e.whole)]
+		putAligned(e.whole)
+		e.whole = nil
+	}
+	return e.f.Close()
+}
 
 // shortRead turns a read that ran out of file into corruption: the length
 // was checked, so the file was truncated in place behind the cache's back.
@@ -105,22 +164,36 @@ func shortRead(err error) error {
 // so that readers in any process see the whole entry or none. On error the
 // temp file is removed. Concurrent writers of the same entry are harmless:
 // the content is the same and the last rename wins.
-func writeEntry(shard, final string, h header, stored []byte) error {
-	f, tmp, err := createTemp(shard, h.digest)
+//
+// With direct set, header and payload go to the device in one direct
+// write (O_DIRECT) from an aligned copy, padded to the alignment and then
+// truncated to the entry's length, so that the entry never passes through
+// the page cache. An error for which isDirectRefused holds means the
+// kernel refused that; the caller writes again buffered.
+func writeEntry(shard, final string, h header, stored []byte, direct bool) error {
+	flags := 0
+	if direct {
+		flags = syscall.O_DIRECT
+	}
+	f, tmp, err := createTemp(shard, h.digest, flags)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(shard, 0o755); err != nil {
 			return err
 		}
-		f, tmp, err = createTemp(shard, h.digest)
+		f, tmp, err = createTemp(shard, h.digest, flags)
 	}
 	if err != nil {
 		return err
 	}
-	var hb [headerSize]byte
-	encodeHeader(&hb, h)
-	_, err = f.Write(hb[:])
-	if err == nil {
-		_, err = f.Write(stored)
+	if direct {
+		err = writeDirect(f, h, stored)
+	} else {
+		var hb [headerSize]byte
+		encodeHeader(&hb, h)
+		_, err = f.Write(hb[:])
+		if err == nil {
+			_, err = f.Write(stored)
+		}
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -135,12 +208,31 @@ func writeEntry(shard, final string, h header, stored []byte) error {
 	return nil
 }
 
+// writeDirect writes the entry (h, then stored) to f, opened for direct
+// I/O, padded to directAlign, and truncates the padding.
+func writeDirect(f *os.File, h header, stored []byte) error {
+	size := headerSize + len(stored)
+	bp := getAligned(alignUp(size))
+	defer putAligned(bp)
+	buf := *bp
+	encodeHeader((*[headerSize]byte)(buf), h)
+	copy(buf[headerSize:], stored)
+	clear(buf[size:])
+	if _, err := f.Write(buf); err != nil {
+		return err
+	}
+	if len(buf) == size {
+		return nil
+	}
+	return f.Truncate(int64(size))
+}
+
 // createTemp creates a new temp file for d's entry in dir, readable by the
-// other processes that share the cache.
-func createTemp(dir string, d rafs.Digest) (*os.File, string, error) {
+// other processes that share the cache, with the extra open flags given.
+func createTemp(dir string, d rafs.Digest, flags int) (*os.File, string, error) {
 	for range 10 {
 		name := dir + "/" + tempPrefix + hex.EncodeToString(d[:]) + "-" + strconv.FormatUint(rand.Uint64(), 36)
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|flags, 0o644)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}

@@ -188,7 +188,7 @@ func TestEvictionKeepsOpenReads(t *testing.T) {
 	c := openTest(t, Config{})
 	tc := makeChunk(1, evSize, false)
 	mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
-	e, err := openEntry(c.paths.entry(tc.ck.Digest), tc.ck.Digest)
+	e, err := openEntry(c.paths.entry(tc.ck.Digest), tc.ck.Digest, c.direct.Load())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func (c *Cache) Get(d rafs.Digest, dst []byte) (Meta, []byte, error) {
 		return Meta{}, nil, ErrClosed
 	}
 	path := c.paths.entry(d)
-	e, err := openEntry(path, d)
+	e, err := openEntry(path, d, c.direct.Load())
 	if e != nil {
 		defer e.Close()
 	}

@@ -80,9 +80,19 @@ func fakeDigest(i uint64) rafs.Digest {
 // rawMeta describes n raw bytes.
 func rawMeta(n int) Meta { return Meta{Size: uint32(n), StoredSize: uint32(n)} }
 
-// openTest opens a cache on cfg (Dir defaulting to a temp dir) and closes
-// it at the end of the test.
+// openTest opens a cache on cfg (Dir defaulting to a temp dir) with
+// direct I/O, and closes it at the end of the test. Direct is the longer
+// path through this package, so most of its tests take it; the buffered
+// one (the daemons' default) is run by the tests that ask openTestIO for
+// it and by every other package's.
 func openTest(t testing.TB, cfg Config) *Cache {
+	t.Helper()
+	cfg.DirectIO = true
+	return openTestIO(t, cfg)
+}
+
+// openTestIO is openTest with cfg.DirectIO as given.
+func openTestIO(t testing.TB, cfg Config) *Cache {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,11 +13,18 @@ import (
 )
 
 // TestNoSpace fills a 1 MiB tmpfs: Put must report ErrNoSpace and leave
-// nothing partial behind, and the cache must keep working.
+// nothing partial behind, and the cache must keep working, with direct
+// I/O and without.
 func TestNoSpace(t *testing.T) {
 	if os.Geteuid() != 0 {
 		rafstest.SkipOrFail(t, "root is required to mount a tmpfs for the ENOSPC test")
 	}
+	for _, direct := range []bool{true, false} {
+		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) { noSpace(t, direct) })
+	}
+}
+
+func noSpace(t *testing.T, direct bool) {
 	mnt := t.TempDir()
 	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
 		rafstest.SkipOrFail(t, "mount tmpfs: "+err.Error())
@@ -27,7 +35,10 @@ func TestNoSpace(t *testing.T) {
 		}
 	})
 	dir := filepath.Join(mnt, "cache")
-	c := openTest(t, Config{Dir: dir})
+	c := openTestIO(t, Config{Dir: dir, DirectIO: direct})
+	if c.Stats().Direct != direct {
+		t.Fatalf("Direct: got %v, want %v", c.Stats().Direct, direct)
+	}
 
 	// One chunk larger than the filesystem.
 	big := makeChunk(1, 1<<20, false)

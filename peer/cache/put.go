@@ -72,9 +72,16 @@ func (c *Cache) Put(d rafs.Digest, m Meta, stored []byte) error {
 func (c *Cache) write(d rafs.Digest, m Meta, path string, stored []byte) error {
 	h := header{digest: d, meta: m, payloadCRC: crc32.Checksum(stored, castagnoli)}
 	shard := c.paths.shard(d)
-	err := writeEntry(shard, path, h, stored)
+	direct := c.direct.Load()
+	err := writeEntry(shard, path, h, stored, direct)
 	for attempt := 0; attempt < 4 && (isNotExist(err) || errors.Is(err, fs.ErrExist)); attempt++ {
-		err = writeEntry(shard, path, h, stored)
+		err = writeEntry(shard, path, h, stored, direct)
+	}
+	if direct && err != nil && isDirectRefused(err) {
+		// The probe at Open passed, so this is one the device would not
+		// take (a file system mounted over the directory since, say).
+		c.n.directRefused.Add(1)
+		err = writeEntry(shard, path, h, stored, false)
 	}
 	if err == nil {
 		return nil

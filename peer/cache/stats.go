@@ -17,12 +17,19 @@ type Stats struct {
 	EvictedBytes uint64 // bytes of those files
 	Corrupt      uint64 // entry files deleted because they failed a check
 	Errors       uint64 // I/O failures, ENOSPC included
+	// Direct reports whether entry files are read and written with direct
+	// I/O (Config.DirectIO, where the file system takes it);
+	// DirectRefused counts direct writes the kernel refused after Open,
+	// done again buffered.
+	Direct        bool
+	DirectRefused uint64
 }
 
 type counters struct {
 	hits, misses, puts      atomic.Uint64
 	evictions, evictedBytes atomic.Uint64
 	corrupt, errors         atomic.Uint64
+	directRefused           atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. It is cheap and safe to call
@@ -32,15 +39,17 @@ func (c *Cache) Stats() Stats {
 	entries, bytes := c.idx.len(), c.idx.bytes
 	c.mu.Unlock()
 	return Stats{
-		Entries:      entries,
-		Bytes:        bytes,
-		Capacity:     c.cfg.Capacity,
-		Hits:         c.n.hits.Load(),
-		Misses:       c.n.misses.Load(),
-		Puts:         c.n.puts.Load(),
-		Evictions:    c.n.evictions.Load(),
-		EvictedBytes: c.n.evictedBytes.Load(),
-		Corrupt:      c.n.corrupt.Load(),
-		Errors:       c.n.errors.Load(),
+		Entries:       entries,
+		Bytes:         bytes,
+		Capacity:      c.cfg.Capacity,
+		Hits:          c.n.hits.Load(),
+		Misses:        c.n.misses.Load(),
+		Puts:          c.n.puts.Load(),
+		Evictions:     c.n.evictions.Load(),
+		EvictedBytes:  c.n.evictedBytes.Load(),
+		Corrupt:       c.n.corrupt.Load(),
+		Errors:        c.n.errors.Load(),
+		Direct:        c.direct.Load(),
+		DirectRefused: c.n.directRefused.Load(),
 	}
 }

@@ -84,6 +84,9 @@ type CacheConfig struct {
 	Capacity      int64   `mapstructure:"capacity"`
 	HighWatermark float64 `mapstructure:"high_watermark"`
 	LowWatermark  float64 `mapstructure:"low_watermark"`
+	// DirectIO reads and writes chunk files past the page cache (see
+	// peer/cache.Config.DirectIO); off by default.
+	DirectIO bool `mapstructure:"direct_io"`
 }
 
 // ExchangeConfig is the chunk exchange server's part of Config (see
@@ -152,6 +155,7 @@ func (c Config) cache() cache.Config {
 		Capacity:      c.Cache.Capacity,
 		HighWatermark: c.Cache.HighWatermark,
 		LowWatermark:  c.Cache.LowWatermark,
+		DirectIO:      c.Cache.DirectIO,
 	}
 }
 

@@ -296,10 +296,26 @@ func metricValue(t *testing.T, url, name string) float64 {
 
 func TestAlonePeerWithoutScheduler(t *testing.T) {
 	t.Parallel()
+	for _, direct := range []bool{false, true} {
+		t.Run(fmt.Sprintf("direct_io=%v", direct), func(t *testing.T) {
+			t.Parallel()
+			alonePeer(t, direct)
+		})
+	}
+}
+
+// alonePeer reads an image through a peer without a scheduler twice,
+// the second time from its cache, read and written with direct I/O or
+// not.
+func alonePeer(t *testing.T, direct bool) {
 	img, blob := buildBlob(t)
 	reg := newRegistry(t, blob)
 	cfg := testConfig(t, clusterKey(t), "")
+	cfg.Cache.DirectIO = direct
 	d := startDaemon(t, cfg)
+	if got := d.cache.Stats().Direct; got != direct {
+		t.Fatalf("cache Direct: got %v, want %v", got, direct)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := readThrough(ctx, d, reg.srv.URL, img); err != nil {
@@ -314,6 +330,9 @@ func TestAlonePeerWithoutScheduler(t *testing.T) {
 	}
 	if got := reg.sent.Load(); got != int64(len(blob)) {
 		t.Errorf("registry sent %d bytes after a second read, want %d", got, len(blob))
+	}
+	if st := d.cache.Stats(); st.Hits < uint64(len(img.chunks)) {
+		t.Errorf("cache hits: got %d, want at least %d", st.Hits, len(img.chunks))
 	}
 }
 
