@@ -114,6 +114,13 @@ func (n *Node) fetch(ctx context.Context, up proxy.Upstream, blob rafs.Digest, l
 	all := lead
 	var keeping sync.WaitGroup
 	defer func() {
+		// Any origin turns this node holds for chunks that did not come
+		// go back now: the other peers the scheduler told to wait for
+		// them would otherwise wait until it gave up on this node
+		// (origin_timeout). The fetch of a turn's run abandons it when
+		// the run fails, but not the runs still queued when the reads
+		// went away, nor turns granted in an answer that came as they did.
+		n.abandonMissing(blob, all)
 		// Flights still unfinished were cancelled: no read waits for them
 		// (finish ignores the others).
 		err := ctx.Err()
@@ -142,6 +149,22 @@ func (n *Node) fetch(ctx context.Context, up proxy.Upstream, blob rafs.Digest, l
 		}
 		n.fetchGroup(ctx, g)
 		lead = rest
+	}
+}
+
+// abandonMissing gives up this node's origin turns, if it holds any, for
+// the chunks of fs that did not arrive: unfinished or failed.
+func (n *Node) abandonMissing(blob rafs.Digest, fs []*flight) {
+	var missing []uint32
+	n.mu.Lock()
+	for _, f := range fs {
+		if !f.finished || f.err != nil {
+			missing = append(missing, f.want.Ordinal)
+		}
+	}
+	n.mu.Unlock()
+	if len(missing) > 0 {
+		n.router.Abandon(blob, missing)
 	}
 }
 
