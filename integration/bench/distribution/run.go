@@ -25,8 +25,9 @@ type NodeResult struct {
 	OriginBytes int64 `json:"origin_bytes"`
 	// DuplicateBytes arrived for chunks the node already had (the
 	// second copy of a hedged fetch); Hedges counts the hedged fetches.
-	DuplicateBytes int64 `json:"duplicate_bytes"`
-	Hedges         int64 `json:"hedges"`
+	// Absent in runs recorded before they were (and when 0).
+	DuplicateBytes int64 `json:"duplicate_bytes,omitempty"`
+	Hedges         int64 `json:"hedges,omitempty"`
 }
 
 // RunResult is one run of a scenario.
@@ -46,9 +47,10 @@ type RunResult struct {
 	// it means the run was CPU-bound, not link-bound.
 	CPUSeconds float64 `json:"cpu_seconds"`
 	// SysSeconds is the kernel's part of CPUSeconds, PageFaults the
-	// process's minor page faults over the same span.
-	SysSeconds float64      `json:"sys_seconds"`
-	PageFaults int64        `json:"page_faults"`
+	// process's minor page faults over the same span; absent in runs
+	// recorded before they were.
+	SysSeconds float64      `json:"sys_seconds,omitempty"`
+	PageFaults int64        `json:"page_faults,omitempty"`
 	Nodes      []NodeResult `json:"nodes"`
 }
 
