@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"damselfly/rafs"
 	"damselfly/scheduler"
 	"damselfly/scheduler/wire"
 )
@@ -53,15 +54,43 @@ func (s *Server) handle(st network.Stream) {
 		s.log.Debug("request refused", "peer", from, "type", req.Type(), "err", e)
 	}
 	s.metrics.requests.WithLabelValues(req.Type().String(), result).Inc()
-	s.reply(st, resp)
+	if !s.reply(st, resp) {
+		s.undeliverable(from, req, resp)
+	}
 }
 
-func (s *Server) reply(st network.Stream, m wire.Message) {
+// reply sends m and reports whether it went out.
+func (s *Server) reply(st network.Stream, m wire.Message) bool {
 	if err := wire.WriteFrame(st, m); err != nil {
 		_ = st.Reset()
-		return
+		return false
 	}
 	_ = st.Close()
+	return true
+}
+
+// undeliverable gives back the origin turns a route answer that could not
+// be sent granted: the peer went away (its read was given up while the
+// route was held, say) and will not fetch them, and until origin_timeout
+// every other peer asking for those chunks would be told to wait for it.
+func (s *Server) undeliverable(from peer.ID, req, resp wire.Message) {
+	a, ok := resp.(*wire.Answer)
+	if !ok || len(a.Answer.Origin) == 0 {
+		return
+	}
+	var blob rafs.Digest
+	switch m := req.(type) {
+	case *wire.Route:
+		blob = m.Blob
+	case *wire.RouteWait:
+		blob = m.Blob
+	default:
+		return
+	}
+	if _, err := s.state.AbandonOrigin(from.String(), blob, a.Answer.Origin, time.Now()); err == nil {
+		s.metrics.undelivered.Add(float64(len(a.Answer.Origin)))
+		s.watches.fire(blob, a.Answer.Origin, nil)
+	}
 }
 
 // acquire admits a stream from p unless p has MaxStreamsPerPeer open or

@@ -15,6 +15,7 @@ type metrics struct {
 	routeChunks  *prometheus.CounterVec
 	routeSeconds prometheus.Histogram
 	held         *prometheus.CounterVec
+	undelivered  prometheus.Counter
 	expired      prometheus.Counter
 }
 
@@ -38,6 +39,10 @@ func newMetrics(state *scheduler.State, held func() int) *metrics {
 			Name: "damselfly_scheduler_routes_held_total",
 			Help: "Route-waits held because their answer was all waits, by how the hold ended: fired (a watched chunk was announced or given up), timeout, shutdown.",
 		}, []string{"end"}),
+		undelivered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "damselfly_scheduler_undelivered_origin_turns_total",
+			Help: "Origin turns given back at once because the route answer granting them could not be sent (the peer had gone).",
+		}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "damselfly_scheduler_expired_peers_total",
 			Help: "Peers dropped for missing heartbeats.",
@@ -50,7 +55,7 @@ func newMetrics(state *scheduler.State, held func() int) *metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.routeChunks, m.routeSeconds, m.held, m.expired,
+		m.requests, m.routeChunks, m.routeSeconds, m.held, m.undelivered, m.expired,
 		gauge("peers", "Registered peers.", func(s scheduler.Stats) int { return s.Peers }),
 		gauge("blobs", "Blobs anyone holds or fetches.", func(s scheduler.Stats) int { return s.Blobs }),
 		gauge("holdings", "(peer, blob) holdings.", func(s scheduler.Stats) int { return s.Holdings }),

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -153,4 +154,51 @@ func TestRouteWaitFreesStreamSlot(t *testing.T) {
 	if r := <-held; r.err != nil || len(r.ans.Parents) != 1 {
 		t.Fatalf("held route: got %+v, %v; want a as parent", r.ans, r.err)
 	}
+}
+
+// TestUndeliveredTurnsGivenBack: a held route whose peer went away (its
+// read was given up) and that is then answered with origin turns gives
+// the turns back when the answer cannot be sent, so that the next peer
+// asking gets them at once instead of waiting for origin_timeout.
+func TestUndeliveredTurnsGivenBack(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.State.OriginFetchers = 1
+	cfg.State.OriginTimeout = time.Minute
+	cfg.State.WaitRetry = 8 * time.Second
+	cfg.StreamTimeout = 20 * time.Second
+	s := startServer(t, cfg)
+	a, b, c := newPeer(t), newPeer(t), newPeer(t)
+	for _, h := range []*dhost.Host{a, b, c} {
+		wantOK(t, request(t, h, s, &wire.Register{}))
+	}
+	request(t, a, s, &wire.Route{Blob: blobA, Chunks: []uint32{3}}) // a's turn
+
+	// b's route is held, and b goes away.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := b.Connect(ctx, s.AddrInfo()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.NewStream(ctx, s.AddrInfo().ID, wire.ProtocolID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wire.WriteFrame(st, &wire.RouteWait{Blob: blobA, Chunks: []uint32{3}, MaxWait: 8 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.CloseWrite()
+	eventually(t, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
+	_ = st.Reset()
+	time.Sleep(100 * time.Millisecond) // for the reset to reach the server
+
+	// a gives its turn up: the held route is answered with b's turn,
+	// which cannot reach b.
+	wantOK(t, request(t, a, s, &wire.Abandon{Blob: blobA, Chunks: []uint32{3}}))
+	eventually(t, "b's route to end", func() bool { return s.HeldRoutes() == 0 })
+	var ans scheduler.Answer
+	eventually(t, "c to get the turn", func() bool {
+		ans = request(t, c, s, &wire.Route{Blob: blobA, Chunks: []uint32{3}}).(*wire.Answer).Answer
+		return equal(ans.Origin, []uint32{3})
+	})
 }
