@@ -18,6 +18,11 @@ import (
 type originFetch struct {
 	turns   []fetchTurn
 	waiters []string // peers told to wait, to wake when the chunk arrives
+	// deferred is the first peer refused the turn for holding
+	// Config.OriginTurnsPerPeer already, and when: if nobody else has
+	// taken the turn when it asks again originDefer later, it is its.
+	deferred   *peer
+	deferredAt time.Time
 }
 
 type fetchTurn struct {
@@ -49,7 +54,12 @@ const (
 // originTurn decides who fetches unheld chunk c of b for requester r:
 // r itself (true), or the peers holding turns, whom r waits for (false).
 // With capped, r takes no new turn while it holds
-// Config.OriginTurnsPerPeer; it then waits for whoever takes the turn.
+// Config.OriginTurnsPerPeer; it then waits for whoever takes the turn,
+// but only for originDefer: a turn nobody took meanwhile is r's when it
+// asks again. Peers reading the same chunks in the same order ask within
+// that time and share the first copies; a peer whose chunks nobody else
+// wants (random reads of a shared blob) loses one originDefer on them,
+// not a round of its own turns per Config.OriginTurnsPerPeer chunks.
 func (s *State) originTurn(b *blobState, r *peer, c uint32, now time.Time, capped bool) (*originFetch, bool) {
 	if b.origin == nil {
 		b.origin = map[uint32]*originFetch{}
@@ -65,13 +75,21 @@ func (s *State) originTurn(b *blobState, r *peer, c uint32, now time.Time, cappe
 			return f, true
 		}
 	}
-	if len(f.turns) < s.cfg.OriginFetchers && !(capped && len(f.turns) == 0 && r.fetching >= s.cfg.OriginTurnsPerPeer) {
+	refuse := capped && len(f.turns) == 0 && r.fetching >= s.cfg.OriginTurnsPerPeer
+	if refuse && f.deferred == r && now.Sub(f.deferredAt) >= originDefer {
+		refuse = false // nobody else wanted it meanwhile
+	}
+	if len(f.turns) < s.cfg.OriginFetchers && !refuse {
 		f.turns = append(f.turns, fetchTurn{p: r, deadline: now.Add(s.cfg.OriginTimeout)})
 		r.fetching++
+		f.deferred = nil
 		if i := slices.Index(f.waiters, r.id); i >= 0 {
 			f.waiters = slices.Delete(f.waiters, i, i+1)
 		}
 		return f, true
+	}
+	if refuse && (f.deferred == nil || f.deferred.gone) {
+		f.deferred, f.deferredAt = r, now
 	}
 	if len(f.waiters) < s.cfg.MaxWaiters && !slices.Contains(f.waiters, r.id) {
 		f.waiters = append(f.waiters, r.id)

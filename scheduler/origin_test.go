@@ -251,6 +251,33 @@ func TestOriginTurnsSpread(t *testing.T) {
 		}
 	})
 
+	// Turns deferred for r0 that nobody took during the defer are r0's
+	// when it asks again: a peer reading chunks nobody else wants is
+	// held up by one defer, not by its own turns.
+	t.Run("deferred, then taken", func(t *testing.T) {
+		s := newState(t, func(c *Config) { c.OriginTurnsPerPeer = 4 })
+		requesters(t, s, 3)
+		b := digest("b")
+		mustParents(t, s, "r1", b, []uint32{0}, t0)
+		a := mustParents(t, s, "r0", b, span(1, 9), at(time.Millisecond))
+		if !slices.Equal(a.Origin, span(1, 4)) {
+			t.Fatalf("r0 took %v, want 1..4: %s", a.Origin, describe(a))
+		}
+		deferred(t, a, span(5, 9))
+		// Before the defer is over, still deferred.
+		deferred(t, mustParents(t, s, "r0", b, span(5, 9), at(time.Millisecond+originDefer/2)), span(5, 9))
+		// After it, r0's, though it still holds 4 turns.
+		a = mustParents(t, s, "r0", b, span(5, 9), at(time.Millisecond+originDefer))
+		if !slices.Equal(a.Origin, span(5, 9)) || len(a.Wait) != 0 {
+			t.Fatalf("r0 after the defer: %s, want 5..9 its own", describe(a))
+		}
+		// Others now wait for r0.
+		a = mustParents(t, s, "r2", b, span(5, 9), at(2*time.Millisecond+originDefer))
+		if len(a.Origin) != 0 || len(a.Wait) != 1 || !slices.Equal(a.Wait[0].Fetchers, []string{"r0"}) {
+			t.Fatalf("r2: %s, want to wait for r0", describe(a))
+		}
+	})
+
 	t.Run("unbounded", func(t *testing.T) {
 		s := newState(t, func(c *Config) { c.OriginTurnsPerPeer = 0 })
 		requesters(t, s, 2)
