@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -175,15 +174,7 @@ func TestUndeliveredTurnsGivenBack(t *testing.T) {
 	request(t, a, s, &wire.Route{Blob: blobA, Chunks: []uint32{3}}) // a's turn
 
 	// b's route is held, and b goes away.
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if err := b.Connect(ctx, s.AddrInfo()); err != nil {
-		t.Fatal(err)
-	}
-	st, err := b.NewStream(ctx, s.AddrInfo().ID, wire.ProtocolID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openStream(t, b, s)
 	if err := wire.WriteFrame(st, &wire.RouteWait{Blob: blobA, Chunks: []uint32{3}, MaxWait: 8 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
