@@ -43,19 +43,11 @@ func TestCancelledReadGivesUpOriginTurns(t *testing.T) {
 	if err := st.Register(other, scheduler.PeerInfo{Addrs: []string{"/ip4/127.0.0.1/tcp/1"}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitFor(t, "another peer to get the origin turns A's read left", func() bool {
 		ans, err := st.Parents(other, img.blob, ords, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := slices.Sorted(slices.Values(ans.Origin))
-		if slices.Equal(got, ords) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("5 s after A's read was given up, another peer gets origin turns for %v of %v (waits: %+v)", got, ords, ans.Wait)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return slices.Equal(slices.Sorted(slices.Values(ans.Origin)), ords)
+	})
 }
