@@ -64,9 +64,14 @@ type Cache struct {
 	// deleted (SetEvictHook).
 	onEvict atomic.Pointer[func([]rafs.Digest)]
 
-	mu      sync.Mutex // guards idx and written
+	mu      sync.Mutex // guards idx, written and writing
 	idx     *index
 	written int64 // bytes of entry files written since the last rescan
+	// writing is the bytes of entry files being written now: admitted
+	// by admit and not yet counted in written.
+	writing int64
+	// settled is signalled (with mu) whenever a write ends.
+	settled *sync.Cond
 
 	n counters
 }
@@ -90,6 +95,7 @@ func Open(cfg Config) (*Cache, error) {
 		low:   cfg.lowBytes(),
 		idx:   newIndex(),
 	}
+	c.settled = sync.NewCond(&c.mu)
 	if c.high > 0 {
 		c.rescanEvery = max((c.high-c.low)/2, 1)
 	}

@@ -234,3 +234,62 @@ func TestWritesDuringRescanCount(t *testing.T) {
 		t.Errorf("written after a rescan with one put during its scan: got %d, want %d", got, evEntry)
 	}
 }
+
+// Goroutines that go on writing while a rescan runs (or waits for another
+// process's lock) must not take the directory past the bound CACHE.md
+// gives: high watermark plus rescanEvery for one process. The soak found
+// one: Puts skipped the eviction another goroutine was running and kept
+// writing, and a node cache went 3 % over its bound.
+func TestWritersWaitForSlowRescan(t *testing.T) {
+	// Not parallel: afterScan is package state.
+	dir := t.TempDir()
+	capacity := int64(64 * evEntry)
+	c := openTest(t, Config{Dir: dir, Capacity: capacity})
+	bound := c.high + c.rescanEvery
+	var worst atomic.Int64
+	var scans atomic.Int32
+	afterScan = func() {
+		// The scan has read the directory and holds the lock: the
+		// slower it is, the longer the others write unseen.
+		if scans.Add(1) <= 8 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		worst.Store(max(worst.Load(), dirBytes(t, dir)))
+	}
+	t.Cleanup(func() { afterScan = nil })
+
+	const writers, each = 8, 32
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range uint64(writers) {
+		wg.Go(func() {
+			for i := range uint64(each) {
+				n := w*each + i
+				if err := c.Put(fakeDigest(n), rawMeta(evSize), content(n, evSize)); err != nil {
+					errs <- err
+					return
+				}
+				worst.Store(max(worst.Load(), dirBytes(t, dir)))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if scans.Load() < 2 {
+		t.Fatalf("%d rescans for %d bytes written, capacity %d: want several", scans.Load(), writers*each*evEntry, capacity)
+	}
+	if got := worst.Load(); got > bound {
+		t.Errorf("directory reached %d bytes (%.2fx capacity), want <= %d (high %d + %d between rescans)",
+			got, float64(got)/float64(capacity), bound, c.high, c.rescanEvery)
+	}
+	t.Logf("capacity %d, worst %d (%.2fx), bound %d, %d rescans", capacity, worst.Load(), float64(worst.Load())/float64(capacity), bound, scans.Load())
+	c.mu.Lock()
+	writing := c.writing
+	c.mu.Unlock()
+	if writing != 0 {
+		t.Errorf("writing %d bytes after every Put returned, want 0", writing)
+	}
+}

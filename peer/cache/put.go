@@ -21,11 +21,16 @@ import (
 // sharing the directory; if an entry for d of the same length is already
 // there, Put only refreshes its recency. Putting the same digest from
 // several goroutines or processes at once is harmless. Put recreates
-// directories deleted by hand. When the index grows above the high
-// watermark, or this Cache has written (High-Low)/2 of Capacity since its
-// last scan (to notice other processes' writes), Put rescans and evicts
-// before returning (see Rescan), so it may block for a directory scan; a
-// failed eviction is logged and counted, not returned.
+// directories deleted by hand.
+//
+// When the index grows above the high watermark, or this Cache has
+// written half of (High-Low)/2 of Capacity since its last scan, Put
+// rescans and evicts before returning (see Rescan) unless another
+// goroutine is already doing so; a failed eviction is logged and counted,
+// not returned. A Put that would take this Cache's writes since its last
+// scan, finished and in progress, past (High-Low)/2 of Capacity waits
+// for a rescan first: that is what holds the processes sharing the
+// directory to the bound CACHE.md gives, however many goroutines write.
 //
 // On ENOSPC or EDQUOT the error wraps ErrNoSpace; on any error no file of
 // the entry is left behind. Put is safe for concurrent use.
@@ -42,27 +47,98 @@ func (c *Cache) Put(d rafs.Digest, m Meta, stored []byte) error {
 	path := c.paths.entry(d)
 	size := int64(headerSize) + int64(len(stored))
 	now := time.Now()
-	var written int64
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == size {
 		// Already stored, by this process or another: same content.
 		if now.Sub(fi.ModTime()) >= touchInterval {
 			_ = os.Chtimes(path, time.Time{}, now)
 		}
-	} else if err := c.write(d, m, path, stored); err != nil {
+		c.n.puts.Add(1)
+		c.mu.Lock()
+		c.idx.add(d, size, now.UnixNano())
+		over := c.overLocked()
+		c.mu.Unlock()
+		if over {
+			c.evictFromPut()
+		}
+		return nil
+	}
+	if err := c.admit(size); err != nil {
 		return err
-	} else {
-		written = size
+	}
+	err := c.write(d, m, path, stored)
+	c.mu.Lock()
+	c.writing -= size
+	if err == nil {
+		c.idx.add(d, size, now.UnixNano())
+		c.written += size
+	}
+	over := c.overLocked()
+	c.settled.Broadcast()
+	c.mu.Unlock()
+	if err != nil {
+		return err
 	}
 	c.n.puts.Add(1)
-	c.mu.Lock()
-	c.idx.add(d, size, now.UnixNano())
-	c.written += written
-	over := c.high > 0 && (c.idx.bytes > c.high || c.written >= c.rescanEvery)
-	c.mu.Unlock()
 	if over {
 		c.evictFromPut()
 	}
 	return nil
+}
+
+// overLocked reports whether a rescan is due: the index is above the high
+// watermark, or this Cache has written half of rescanEvery since the last
+// one. Rescanning at half leaves the other half for the writes that go on
+// while it runs, so writers seldom wait in admit. The caller holds mu.
+func (c *Cache) overLocked() bool {
+	return c.high > 0 && (c.idx.bytes > c.high || c.written >= c.rescanEvery/2)
+}
+
+// admit returns when this Cache may write size more bytes of entry files,
+// having counted them in writing: when its writes since the last rescan,
+// finished and in progress, stay within rescanEvery with them, or when
+// there are none (an entry larger than rescanEvery goes alone). Otherwise
+// it waits for the writes in progress to end, then rescans (or waits for
+// the rescan another goroutine is running), and checks again. It fails
+// only when the Cache is closed meanwhile.
+func (c *Cache) admit(size int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.high > 0 && c.written+c.writing > 0 && c.written+c.writing+size > c.rescanEvery {
+		if c.closed.Load() {
+			return ErrClosed
+		}
+		if c.writing > 0 {
+			c.settled.Wait()
+			continue
+		}
+		c.mu.Unlock()
+		c.rescanForWrite(size)
+		c.mu.Lock()
+	}
+	c.writing += size
+	return nil
+}
+
+// rescanForWrite rescans for admit, or, if another goroutine is
+// rescanning, waits for it and rescans only if that did not make room.
+func (c *Cache) rescanForWrite(size int64) {
+	c.evictMu.Lock()
+	defer c.evictMu.Unlock()
+	c.mu.Lock()
+	due := c.written+c.writing > 0 && c.written+c.writing+size > c.rescanEvery
+	c.mu.Unlock()
+	if !due || c.closed.Load() {
+		return
+	}
+	if err := c.rescanLocked(); err != nil {
+		c.log.Warn("cache: eviction failed", "dir", c.cfg.Dir, "err", err)
+		// Without a scan the count cannot come down: start it again
+		// rather than stop every writer on a broken lock file. Puts
+		// try to rescan again after another half of rescanEvery.
+		c.mu.Lock()
+		c.written = 0
+		c.mu.Unlock()
+	}
 }
 
 // write writes d's entry file, again (a few times) if the directory was
