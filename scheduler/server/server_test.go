@@ -158,6 +158,13 @@ func TestStreamLimit(t *testing.T) {
 	s := startServer(t, cfg)
 	a := newPeer(t)
 	wantOK(t, request(t, a, s, &wire.Register{}))
+	// The server releases the register's stream after the answer is
+	// out: counted now, it would pass for the held one below.
+	eventually(t, "the register's stream to be released", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.perPeer[a.ID()] == 0
+	})
 	// Hold one stream open with half a request (a stream is negotiated
 	// when first written to)...
 	st := openStream(t, a, s)
