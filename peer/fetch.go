@@ -33,6 +33,8 @@ type group struct {
 	pending  map[uint32]*flight
 	progress bool
 	lastErr  error
+
+	tr trace
 }
 
 // take removes ordinal o from the pending chunks and returns its flight,
@@ -171,6 +173,8 @@ func (n *Node) abandonMissing(blob rafs.Digest, fs []*flight) {
 // fetchGroup runs rounds until every pending chunk arrived, failed for
 // good, or went FetchDeadline without any chunk of the group arriving.
 func (n *Node) fetchGroup(ctx context.Context, g *group) {
+	g.tr.start, g.tr.chunks = time.Now(), g.left()
+	defer n.logSlow(g)
 	deadline := time.Now().Add(n.cfg.FetchDeadline)
 	backoff := minRetryDelay
 	for g.left() > 0 && ctx.Err() == nil {
@@ -179,6 +183,7 @@ func (n *Node) fetchGroup(ctx context.Context, g *group) {
 			return
 		}
 		g.progress = false
+		g.tr.rounds.Add(1)
 		retryAfter, waited := n.round(ctx, g)
 		if g.left() == 0 || ctx.Err() != nil {
 			return

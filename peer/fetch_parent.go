@@ -30,6 +30,7 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 	o := Outcome{Blob: g.blob, OK: true}
 	cancelled := false // by this node: nothing to report about the parent
 	for _, batch := range splitBatches(cs) {
+		g.tr.parents.Add(1)
 		pctx, cancel := context.WithTimeout(ctx, n.cfg.ParentTimeout)
 		var hg *hedger
 		if hedge && n.cfg.HedgeDelay > 0 {

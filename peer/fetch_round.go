@@ -32,6 +32,7 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 		if ctx.Err() != nil {
 			return 0, false
 		}
+		g.tr.fallbacks.Add(1)
 		n.log.Debug("no route; using recent parents and the origin", "blob", g.blob, "err", err)
 		n.fallback(ctx, g, ords)
 		return 0, false
@@ -61,6 +62,7 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
+				g.tr.fallbacks.Add(1)
 				wg.Go(func() { n.fallback(ctx, g, wait) })
 			}
 			return 0, false
@@ -82,6 +84,7 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 // whether there are any.
 func (n *Node) dispatch(ctx context.Context, g *group, route Route, wg *sync.WaitGroup, sem chan struct{}) (wait []uint32, retryAfter time.Duration, waited bool) {
 	now := time.Now()
+	g.tr.answers.Add(1)
 	var elsewhere []uint32
 	for _, p := range route.Parents {
 		if p.Info.ID == n.h.ID() || len(p.Chunks) == 0 {
@@ -120,6 +123,7 @@ func (n *Node) dispatch(ctx context.Context, g *group, route Route, wg *sync.Wai
 		wg.Go(func() { n.fallback(ctx, g, elsewhere) })
 	}
 	if cs := g.chunks(route.Origin); len(route.Origin) > 0 && len(cs) > 0 {
+		g.tr.turns.Add(int32(len(cs)))
 		wg.Go(func() { n.fetchOrigin(ctx, g, cs, true) })
 	}
 	for _, w := range route.Wait {
@@ -127,6 +131,7 @@ func (n *Node) dispatch(ctx context.Context, g *group, route Route, wg *sync.Wai
 		wait = append(wait, w.Chunks...)
 	}
 	wait = g.pendingOf(wait)
+	g.tr.waits.Add(int32(len(wait)))
 	return wait, retryAfter, waited
 }
 

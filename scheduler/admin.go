@@ -172,6 +172,11 @@ func (s *State) Bans(now time.Time) []BanView {
 	return out
 }
 
+// OriginTurnsRanOut is how many origin turns have reached their deadline
+// (Config.OriginTimeout) undelivered, their peer still a member, since
+// the State was made. Each is a chunk its waiters waited that long for.
+func (s *State) OriginTurnsRanOut() uint64 { return s.turnsRanOut.Load() }
+
 // Stats returns the current counts.
 func (s *State) Stats() Stats {
 	s.mu.RLock()

@@ -34,6 +34,9 @@ type fetchTurn struct {
 func (s *State) prune(f *originFetch, now time.Time) {
 	f.turns = slices.DeleteFunc(f.turns, func(t fetchTurn) bool {
 		if t.p.gone || !now.Before(t.deadline) || s.banned(t.p, now) {
+			if !t.p.gone && !now.Before(t.deadline) {
+				s.turnsRanOut.Add(1)
+			}
 			t.p.fetching--
 			return true
 		}

@@ -90,17 +90,18 @@ func TestOriginTurnPassesOn(t *testing.T) {
 		name    string
 		release func(t *testing.T, s *State) time.Time // returns when r1 asks again
 		want    bool                                   // r1 gets the turn
+		ranOut  uint64                                 // OriginTurnsRanOut after
 	}{
-		{"before the deadline", func(*testing.T, *State) time.Time { return at(29 * time.Second) }, false},
-		{"at the deadline", func(*testing.T, *State) time.Time { return at(30 * time.Second) }, true},
+		{"before the deadline", func(*testing.T, *State) time.Time { return at(29 * time.Second) }, false, 0},
+		{"at the deadline", func(*testing.T, *State) time.Time { return at(30 * time.Second) }, true, 1},
 		{"fetcher gives up", func(t *testing.T, s *State) time.Time {
 			woken, err := s.AbandonOrigin("r0", digest("b"), []uint32{5}, at(time.Second))
 			if err != nil || !slices.Equal(woken, []string{"r1", "r2"}) {
 				t.Fatalf("abandon: woken %v, %v", woken, err)
 			}
 			return at(time.Second)
-		}, true},
-		{"fetcher leaves", func(t *testing.T, s *State) time.Time { s.Unregister("r0"); return at(time.Second) }, true},
+		}, true, 0},
+		{"fetcher leaves", func(t *testing.T, s *State) time.Time { s.Unregister("r0"); return at(time.Second) }, true, 0},
 		{"fetcher expires", func(t *testing.T, s *State) time.Time {
 			for _, id := range []string{"r1", "r2"} {
 				if err := s.Heartbeat(id, Load{}, at(20*time.Second)); err != nil {
@@ -109,7 +110,7 @@ func TestOriginTurnPassesOn(t *testing.T) {
 			}
 			s.Expire(at(31 * time.Second)) // r0 missed its heartbeats
 			return at(31 * time.Second)
-		}, true},
+		}, true, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,6 +129,9 @@ func TestOriginTurnPassesOn(t *testing.T) {
 				if len(a.Wait) != 1 || !slices.Equal(a.Wait[0].Fetchers, []string{"r1"}) {
 					t.Fatalf("r2 not told to wait for r1: %s", describe(a))
 				}
+			}
+			if got := s.OriginTurnsRanOut(); got != tt.ranOut {
+				t.Errorf("OriginTurnsRanOut = %d, want %d", got, tt.ranOut)
 			}
 		})
 	}
@@ -163,6 +167,9 @@ func TestExpireSweepsOrigin(t *testing.T) {
 	}
 	if v := s.Peers(at(time.Second)); v[0].OriginTurns != 0 {
 		t.Fatalf("turn count %d", v[0].OriginTurns)
+	}
+	if got := s.OriginTurnsRanOut(); got != 10 {
+		t.Errorf("OriginTurnsRanOut = %d, want 10", got)
 	}
 }
 

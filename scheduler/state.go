@@ -58,6 +58,11 @@ type State struct {
 	labels    map[string]*label
 	nextLabel int32
 	nextLease uint64 // numbers leases; see blobState.leased
+
+	// turnsRanOut counts origin turns that reached their deadline with
+	// their peer still a member: each held the chunk's waiters up for
+	// Config.OriginTimeout.
+	turnsRanOut atomic.Uint64
 }
 
 // peer is one member. The struct lives as long as the peer's membership:

@@ -155,6 +155,12 @@ func (res *result) markdown() string {
 			w("- %.2f s at %s: %s\n", r.Seconds, r.At, r.Read)
 		}
 	}
+	if res.Warnings > 0 {
+		w("\nDaemon log lines at WARN or ERROR: %d. The first:\n\n", res.Warnings)
+		for _, l := range res.WarnLines {
+			w("- `%s`\n", strings.ReplaceAll(l, "`", "'"))
+		}
+	}
 	if len(res.Failures) > 0 {
 		w("\nFirst failed reads:\n\n")
 		for _, f := range res.Failures {

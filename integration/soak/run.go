@@ -84,8 +84,12 @@ type result struct {
 	Problems   []string    `json:"problems"`
 	Failures   []string    `json:"failure_messages,omitempty"`
 	Slowest    []slowRead  `json:"slowest_reads,omitempty"`
-	warmup     time.Duration
-	nodeNames  []string
+	// Warnings counts the daemons' log lines at WARN or ERROR; WarnLines
+	// are the first of them (collectWarnings).
+	Warnings  int      `json:"daemon_warnings"`
+	WarnLines []string `json:"daemon_warning_lines,omitempty"`
+	warmup    time.Duration
+	nodeNames []string
 }
 
 type imageInfo struct {
@@ -174,6 +178,7 @@ func run(ctx context.Context, cfg config) (_ *result, err error) {
 				res.Problems = append(res.Problems, "shutdown: "+cerr.Error())
 			}
 		}
+		res.Warnings, res.WarnLines = collectWarnings(c.logs)
 	}()
 
 	logf("building damselfly")

@@ -42,6 +42,9 @@ func TestShortSoak(t *testing.T) {
 	for _, r := range res.Slowest {
 		t.Logf("measured: slow read %.2f s at %s: %s", r.Seconds, r.At, r.Read)
 	}
+	if res.Warnings > 0 {
+		t.Logf("daemon log lines at WARN or ERROR: %d; the first:\n%s", res.Warnings, strings.Join(res.WarnLines, "\n"))
+	}
 	if tot.Failed != 0 || tot.Wrong != 0 {
 		t.Errorf("got %d failed and %d wrong reads, want none; first: %s", tot.Failed, tot.Wrong, strings.Join(res.Failures, "; "))
 	}

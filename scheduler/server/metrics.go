@@ -64,6 +64,10 @@ func newMetrics(state *scheduler.State, held func() int) *metrics {
 		gauge("leases", "Assignments not yet reported on or timed out.", func(s scheduler.Stats) int { return s.Leases }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "damselfly_scheduler_held_routes", Help: "Route-waits held now."},
 			func() float64 { return float64(held()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "damselfly_scheduler_origin_turns_ran_out_total",
+			Help: "Origin turns that reached origin_timeout undelivered while their peer stayed a member; the chunk's waiters waited that long.",
+		}, func() float64 { return float64(state.OriginTurnsRanOut()) }),
 	)
 	return m
 }

@@ -145,6 +145,7 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) expireLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.ExpireInterval)
 	defer t.Stop()
+	ranOut := s.state.OriginTurnsRanOut()
 	for {
 		select {
 		case <-ctx.Done():
@@ -153,6 +154,12 @@ func (s *Server) expireLoop(ctx context.Context) {
 			if gone := s.state.Expire(now); len(gone) > 0 {
 				s.metrics.expired.Add(float64(len(gone)))
 				s.log.Info("peers expired", "peers", gone)
+			}
+			// Turns run out only when a fetcher stalled or lost the
+			// chunk without telling: worth an operator's look.
+			if n := s.state.OriginTurnsRanOut(); n > ranOut {
+				s.log.Warn("origin turns ran out undelivered", "turns", n-ranOut)
+				ranOut = n
 			}
 		}
 	}
