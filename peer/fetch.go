@@ -249,8 +249,12 @@ func (n *Node) failNow(g *group, cs []rafs.Chunk, err error) {
 }
 
 // fromCache finishes the pending chunks that are in the node cache now
-// (another process, or another read, may have put them).
+// (another process, or another read, may have put them). Those this node
+// did not know it held it announces, as a read served from the cache
+// does: other peers may fetch them here, and an origin turn this node
+// holds for one ends (nothing else would end it before OriginTimeout).
 func (n *Node) fromCache(g *group) {
+	var announce []uint32
 	for _, c := range g.chunks(nil) {
 		if !n.cache.Has(c.Digest) {
 			continue
@@ -260,7 +264,13 @@ func (n *Node) fromCache(g *group) {
 				n.m.delivered(sourceCache, len(stored))
 				n.finish(f, sc, stored, nil, false)
 			}
+			if n.hold.add(g.blob, c.Ordinal, c.Digest) {
+				announce = append(announce, c.Ordinal)
+			}
 		}
+	}
+	if len(announce) > 0 {
+		n.router.Announce(g.blob, announce)
 	}
 }
 

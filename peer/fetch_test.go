@@ -1,12 +1,16 @@
 package peer
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"damselfly/peer/exchange"
 	"damselfly/rafs"
+	"damselfly/scheduler"
 )
 
 func TestOriginRuns(t *testing.T) {
@@ -72,5 +76,60 @@ func TestNodeConfigHedgeDelay(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("got %v, want an error naming %s", err, field)
 		}
+	}
+}
+
+// A chunk another process puts into the node cache while this node waits
+// for it is taken from the cache at the next round, and announced: the
+// node holds it now, and other peers (here one waiting for the same
+// chunk) are pointed at it instead of waiting for the origin fetch.
+func TestChunkCachedMidFetchIsAnnounced(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	st := newSchedulerWith(t, func(c *scheduler.Config) { c.OriginTimeout = time.Minute })
+	a := newNode(t, clusterKey(t), st, nodeOpts{})
+	c := img.chunks[3]
+	const other, third = "other-peer", "third-peer"
+	for _, id := range []string{other, third} {
+		if err := st.Register(id, scheduler.PeerInfo{Addrs: []string{"/ip4/127.0.0.1/tcp/1"}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// other holds the origin turn for c, and never fetches it.
+	if ans, err := st.Parents(other, img.blob, []uint32{c.Ordinal}, time.Now()); err != nil || !slices.Equal(ans.Origin, []uint32{c.Ordinal}) {
+		t.Fatalf("other's route: %+v, %v", ans, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- readAll(testCtx(t), a.Node, o.ref(), img.blob, []rafs.Chunk{c}) }()
+	waitFor(t, "a to wait for other's origin fetch", func() bool {
+		for _, v := range st.OriginFetches(time.Now()) {
+			if v.Chunk == c.Ordinal && slices.Contains(v.Waiters, a.h.ID().String()) {
+				return true
+			}
+		}
+		return false
+	})
+	// As a mount daemon sharing the cache directory would.
+	blob, err := os.ReadFile(filepath.Join(img.dir, hexOf(img.blob)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cache.PutChunk(c, blob[c.CompressedOffset:][:c.CompressedSize]); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if o.reqs.Load() != 0 {
+		t.Errorf("a asked the origin %d times, want none", o.reqs.Load())
+	}
+	announced, _, _ := a.router.snapshot()
+	if !slices.Contains(announced[img.blob], c.Ordinal) {
+		t.Fatalf("a did not announce the chunk it took from the cache: %v", announced[img.blob])
+	}
+	ans, err := st.Parents(third, img.blob, []uint32{c.Ordinal}, time.Now())
+	if err != nil || len(ans.Parents) != 1 || ans.Parents[0].ID != a.h.ID().String() {
+		t.Errorf("third peer's route: %+v, %v; want a as its parent", ans, err)
 	}
 }
