@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -419,4 +420,31 @@ func TestMountThroughPeer(t *testing.T) {
 			t.Errorf("backend bytes %v, errors %d: want the chunk from the registry, no errors", st.Backend, st.Errors)
 		}
 	})
+}
+
+// A backend request that took slowRead or more is logged with its run and
+// source; quicker ones are not.
+func TestSlowChunkReadLogged(t *testing.T) {
+	t.Parallel()
+	fx := newFetcherFixture(t)
+	for _, tc := range []struct {
+		slow time.Duration
+		want bool
+	}{{time.Hour, false}, {time.Nanosecond, true}} {
+		var buf bytes.Buffer
+		f, err := NewFetcher(fx.boot, nil, fx.be, FetcherConfig{AmplifyIO: 256 << 10}, nil, slog.New(slog.NewTextHandler(&buf, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.slowRead = tc.slow
+		fx.readAll(t, f)
+		f.Close()
+		out := buf.String()
+		if got := strings.Contains(out, `msg="slow chunk read"`); got != tc.want {
+			t.Fatalf("slowRead %v: logged %v, want %v:\n%s", tc.slow, got, tc.want, out)
+		}
+		if tc.want && (!strings.Contains(out, "first_chunk=0 ") || !strings.Contains(out, "delivered=") || !strings.Contains(out, "source=")) {
+			t.Errorf("log lacks the run's details:\n%s", out)
+		}
+	}
 }

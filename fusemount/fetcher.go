@@ -149,7 +149,8 @@ type Fetcher struct {
 	bg        sync.WaitGroup
 	bgCtx     context.Context
 	bgStop    context.CancelFunc
-	noSpaceAt atomic.Int64 // last time a full cache was logged (unix seconds)
+	noSpaceAt atomic.Int64  // last time a full cache was logged (unix seconds)
+	slowRead  time.Duration // a backend request this long is logged (slowRead; tests lower it)
 
 	mu     sync.Mutex
 	closed bool // no goroutine starts after Close
@@ -178,7 +179,7 @@ func NewFetcher(b *rafs.Bootstrap, c *cache.Cache, be Backend, cfg FetcherConfig
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	return &Fetcher{b: b, cache: c, backend: be, runs: runsOf(be), cfg: cfg, log: log, mem: mem, m: m,
-		raLimit: int64(max(8, 4*cfg.ReadaheadChunks)), bgCtx: ctx, bgStop: stop}, nil
+		raLimit: int64(max(8, 4*cfg.ReadaheadChunks)), bgCtx: ctx, bgStop: stop, slowRead: slowRead}, nil
 }
 
 // Close stops background work (readahead, the tails of runs) and waits
@@ -394,12 +395,23 @@ func (f *Fetcher) fetch(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk
 			return nil
 		}
 	}
-	_, runErr := f.read(ctx, blob, chunks, deliver(0, n))
+	began := time.Now()
+	src, runErr := f.read(ctx, blob, chunks, deliver(0, n))
 	delivered := 0
 	for _, d := range done {
 		if d {
 			delivered++
 		}
+	}
+	if took := time.Since(began); took >= f.slowRead {
+		// Readers waited this long: say for what (the node's peer logs
+		// its own side of a slow fetch).
+		args := []any{"blob", blob.Digest.String(), "first_chunk", chunks[0].Index, "chunks", n, "delivered", delivered,
+			"source", src, "took", took.Round(time.Millisecond)}
+		if runErr != nil {
+			args = append(args, "err", runErr)
+		}
+		f.log.Warn("slow chunk read", args...)
 	}
 	first, last := chunks[0], chunks[n-1]
 	fail := func(j int, err error) {
@@ -441,6 +453,11 @@ func (f *Fetcher) fetch(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk
 		f.log.Debug("chunk run ended early; the wanted chunk arrived", "blob", blob.Digest.String(), "delivered", delivered, "of", n, "err", runErr)
 	}
 }
+
+// slowRead is how long a backend request for a run may take before it is
+// logged: a reader waits on it, and a healthy node serves one in well
+// under a second.
+const slowRead = 5 * time.Second
 
 // read asks the backend for chunks, a contiguous run of blob, and calls
 // deliver for each as it arrives: as a run (with the decoded bytes of

@@ -155,6 +155,10 @@ func (res *result) markdown() string {
 			w("- %.2f s at %s: %s\n", r.Seconds, r.At, r.Read)
 		}
 	}
+	if res.StallDumps > 0 {
+		w("\nReads ran over %s: the scheduler's view then is in logs/stall-N-peers.json and stall-N-origin.json (%d saved).\n",
+			stallAfter, res.StallDumps)
+	}
 	if res.Warnings > 0 {
 		w("\nDaemon log lines at WARN or ERROR: %d. The first:\n\n", res.Warnings)
 		for _, l := range res.WarnLines {

@@ -88,8 +88,11 @@ type result struct {
 	// are the first of them (collectWarnings).
 	Warnings  int      `json:"daemon_warnings"`
 	WarnLines []string `json:"daemon_warning_lines,omitempty"`
-	warmup    time.Duration
-	nodeNames []string
+	// StallDumps counts the scheduler views saved for reads that ran
+	// stallAfter (watchStalls), as stall-N-*.json beside the logs.
+	StallDumps int `json:"stall_dumps,omitempty"`
+	warmup     time.Duration
+	nodeNames  []string
 }
 
 type imageInfo struct {
@@ -252,6 +255,7 @@ func run(ctx context.Context, cfg config) (_ *result, err error) {
 		readers[i] = &reader{mounts: mounts, stats: stats, r: rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))}
 		readWG.Go(func() { readers[i].run(readCtx) })
 	}
+	watchWG.Go(func() { res.StallDumps = watchStalls(watchCtx, readers, c.schedURL, c.logs) })
 
 	end := start.Add(cfg.Duration)
 	tick := time.NewTicker(cfg.Interval)
