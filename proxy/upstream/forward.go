@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // forwardedRequestHeaders are copied from the client's request to the
@@ -77,8 +78,9 @@ func (c *Client) Forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			drain(resp)
 			resp = nil
 		}
-		c.log.Debug("upstream forward failed, retrying", "url", u, "attempt", attempt+1, "err", transient)
-		if serr := sleep(ctx, backoff(attempt+1, retryAfter(transient))); serr != nil {
+		wait := backoff(attempt+1, retryAfter(transient))
+		c.log.Warn("upstream forward failed, retrying", "url", u, "attempt", attempt+1, "after", wait.Round(time.Millisecond), "err", transient)
+		if serr := sleep(ctx, wait); serr != nil {
 			err = serr
 			break
 		}

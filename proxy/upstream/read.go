@@ -58,8 +58,12 @@ func (c *Client) ReadRangeFunc(ctx context.Context, ref Ref, blob rafs.Digest, o
 		if err == nil || !IsTransient(err) || attempt >= c.cfg.RetryLimit || ctx.Err() != nil {
 			break
 		}
-		c.log.Debug("upstream read failed, retrying", "registry", ref.Registry, "repo", ref.Repo, "blob", blob, "attempt", attempt+1, "err", err)
-		if serr := sleep(ctx, backoff(attempt+1, retryAfter(err))); serr != nil {
+		// A warning: the read that waits for it may take up to Timeout
+		// longer, and nothing else would say why.
+		wait := backoff(attempt+1, retryAfter(err))
+		c.log.Warn("upstream read failed, retrying", "registry", ref.Registry, "repo", ref.Repo, "blob", blob,
+			"attempt", attempt+1, "after", wait.Round(time.Millisecond), "err", err)
+		if serr := sleep(ctx, wait); serr != nil {
 			break
 		}
 	}
