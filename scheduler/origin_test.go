@@ -294,3 +294,30 @@ func TestOriginTurnsSpread(t *testing.T) {
 		}
 	})
 }
+
+// A peer that asks for a chunk it is listed as holding (its drop has not
+// come yet, or its announcement crossed the query) fetches it without a
+// turn: once its drop is in, nobody waits for it.
+func TestHolderAskingTakesNoTurn(t *testing.T) {
+	s := newState(t, func(c *Config) { c.OriginTimeout = 30 * time.Second })
+	requesters(t, s, 3)
+	mustAnnounce(t, s, "r0", digest("b"), []uint32{5}, t0)
+	a := mustParents(t, s, "r0", digest("b"), []uint32{5, 6}, at(time.Second))
+	if !slices.Equal(a.Origin, []uint32{5, 6}) {
+		t.Fatalf("r0's answer: %s, want origin for both", describe(a))
+	}
+	if v := s.OriginFetches(at(time.Second)); len(v) != 1 || v[0].Chunk != 6 {
+		t.Fatalf("origin fetches: %+v, want only chunk 6's (r0 does not hold it)", v)
+	}
+	// While r0 is listed, r1 is pointed at it.
+	if a := mustParents(t, s, "r1", digest("b"), []uint32{5}, at(time.Second)); len(a.Parents) != 1 || a.Parents[0].ID != "r0" {
+		t.Fatalf("r1's answer: %s, want r0 as its parent", describe(a))
+	}
+	// r0 lost the chunk: r2 takes the turn, not a wait for r0.
+	if err := s.Drop("r0", digest("b"), []uint32{5}, at(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if a := mustParents(t, s, "r2", digest("b"), []uint32{5}, at(2*time.Second)); !slices.Equal(a.Origin, []uint32{5}) {
+		t.Fatalf("r2's answer after r0's drop: %s, want its own turn", describe(a))
+	}
+}

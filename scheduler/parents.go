@@ -190,8 +190,21 @@ func (s *State) coordinate(ans *Answer, b *blobState, r *peer, chunks []uint32, 
 	}
 	var groups []group
 	capped := b.asked(r, now) && s.cfg.OriginTurnsPerPeer > 0
+	var own Bitset
+	if i, ok := r.holdings[b]; ok {
+		own = b.row(&b.holders[i])
+	}
 next:
 	for _, c := range chunks {
+		if own.Has(c) {
+			// r is listed as holding c and asks for it all the same: its
+			// drop of c has not come yet, or its announcement crossed
+			// this query. Either way it takes no turn: the others would
+			// wait for a fetch that may never come once its drop is in
+			// (the soak's 30 s reads). It fetches c itself if it must.
+			ans.Origin = append(ans.Origin, c)
+			continue
+		}
 		f, mine := s.originTurn(b, r, c, now, capped)
 		if mine {
 			ans.Origin = append(ans.Origin, c)
