@@ -29,6 +29,10 @@ type group struct {
 	up      proxy.Upstream
 	keeping *sync.WaitGroup // the fetch's cache writes in the background
 
+	// all are the group's flights by ordinal, pending or not; set
+	// before the fetch starts and not changed after.
+	all map[uint32]*flight
+
 	mu       sync.Mutex
 	pending  map[uint32]*flight
 	progress bool
@@ -140,7 +144,7 @@ func (n *Node) fetch(ctx context.Context, up proxy.Upstream, blob rafs.Digest, l
 	// The protocol names chunks by ordinal: a batch with two chunks of one
 	// ordinal (only a broken request has them) is fetched in groups.
 	for len(lead) > 0 && ctx.Err() == nil {
-		g := &group{blob: blob, up: up, keeping: &keeping, pending: make(map[uint32]*flight)}
+		g := &group{blob: blob, up: up, keeping: &keeping, pending: make(map[uint32]*flight), all: make(map[uint32]*flight)}
 		var rest []*flight
 		for _, f := range lead {
 			if _, dup := g.pending[f.want.Ordinal]; dup {
@@ -148,9 +152,38 @@ func (n *Node) fetch(ctx context.Context, up proxy.Upstream, blob rafs.Digest, l
 				continue
 			}
 			g.pending[f.want.Ordinal] = f
+			g.all[f.want.Ordinal] = f
 		}
 		n.fetchGroup(ctx, g)
 		lead = rest
+	}
+}
+
+// strayTurns gives back the origin turns of an answer for chunks of g
+// that are no longer pending and whose flights are done: they came
+// another way (the node cache, a parent) or failed while the answer was
+// on its way, and nothing else would end those turns before
+// OriginTimeout if the node's announcement of the chunk went out before
+// the turn was granted. A chunk still being kept is left alone: its
+// announcement, after the grant, ends the turn.
+func (n *Node) strayTurns(g *group, origin []uint32) {
+	var stray []uint32
+	g.mu.Lock()
+	for _, o := range origin {
+		if g.pending[o] == nil && g.all[o] != nil {
+			stray = append(stray, o)
+		}
+	}
+	g.mu.Unlock()
+	if len(stray) == 0 {
+		return
+	}
+	n.mu.Lock()
+	stray = slices.DeleteFunc(stray, func(o uint32) bool { return !g.all[o].kept })
+	n.mu.Unlock()
+	if len(stray) > 0 {
+		n.m.strayTurns(len(stray))
+		n.router.Abandon(g.blob, stray)
 	}
 }
 

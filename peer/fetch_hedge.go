@@ -169,6 +169,7 @@ func (n *Node) hedgeFetch(ctx context.Context, g *group, slow lpeer.ID, cs []raf
 			wg.Go(func() { n.fetchParent(ctx, g, p.Info, cs, true, false) })
 		}
 	}
+	n.strayTurns(g, route.Origin)
 	if cs := g.chunks(route.Origin); len(route.Origin) > 0 && len(cs) > 0 {
 		ask()
 		wg.Go(func() { n.fetchOrigin(ctx, g, cs, true) })

@@ -122,6 +122,7 @@ func (n *Node) dispatch(ctx context.Context, g *group, route Route, wg *sync.Wai
 		slices.Sort(elsewhere)
 		wg.Go(func() { n.fallback(ctx, g, elsewhere) })
 	}
+	n.strayTurns(g, route.Origin)
 	if cs := g.chunks(route.Origin); len(route.Origin) > 0 && len(cs) > 0 {
 		g.tr.turns.Add(int32(len(cs)))
 		wg.Go(func() { n.fetchOrigin(ctx, g, cs, true) })

@@ -26,6 +26,7 @@ type Stats struct {
 	SlowPeers                             int64 // parents cut off for making no progress in time
 	DuplicateBytes                        int64 // stored bytes that arrived second (hedged) and were dropped
 	HoldingsDropped                       int64 // held chunks found gone and dropped (told the Router)
+	StrayTurns                            int64 // origin turns given back for chunks that had come another way
 }
 
 // metrics holds a Node's counters: atomics for Stats and Prometheus
@@ -41,6 +42,7 @@ type metrics struct {
 	slowPeers         atomic.Int64
 	duplicateBytes    atomic.Int64
 	holdingsDropped   atomic.Int64
+	strayTurnsGiven   atomic.Int64
 	promBytes         *prometheus.CounterVec
 	promChunks        *prometheus.CounterVec
 	promOriginReqs    prometheus.Counter
@@ -50,6 +52,7 @@ type metrics struct {
 	promHedges        prometheus.Counter
 	promSlowPeers     prometheus.Counter
 	promDropped       prometheus.Counter
+	promStrayTurns    prometheus.Counter
 }
 
 var sourceNames = [3]string{sourceCache, sourcePeer, sourceOrigin}
@@ -101,10 +104,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "damselfly_peer_holdings_dropped_total",
 			Help: "Chunks this peer had announced and found gone from its cache (evicted), whose drop it sent to the scheduler.",
 		}),
+		promStrayTurns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "damselfly_peer_stray_origin_turns_total",
+			Help: "Origin turns granted for chunks that had arrived another way (or failed) by the time the answer came, given back at once.",
+		}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.promBytes, m.promChunks, m.promOriginReqs,
-			m.promOriginFetched, m.promFailures, m.promBadPeers, m.promHedges, m.promSlowPeers, m.promDropped} {
+			m.promOriginFetched, m.promFailures, m.promBadPeers, m.promHedges, m.promSlowPeers, m.promDropped, m.promStrayTurns} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -155,6 +162,11 @@ func (m *metrics) dropped(n int) {
 	m.promDropped.Add(float64(n))
 }
 
+func (m *metrics) strayTurns(n int) {
+	m.strayTurnsGiven.Add(int64(n))
+	m.promStrayTurns.Add(float64(n))
+}
+
 func (m *metrics) stats() Stats {
 	return Stats{
 		CacheBytes: m.bytes[0].Load(), PeerBytes: m.bytes[1].Load(), OriginBytes: m.bytes[2].Load(),
@@ -168,5 +180,6 @@ func (m *metrics) stats() Stats {
 		SlowPeers:       m.slowPeers.Load(),
 		DuplicateBytes:  m.duplicateBytes.Load(),
 		HoldingsDropped: m.holdingsDropped.Load(),
+		StrayTurns:      m.strayTurnsGiven.Load(),
 	}
 }
