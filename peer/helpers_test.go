@@ -261,7 +261,7 @@ func (r *router) Drop(blob rafs.Digest, chunks []uint32) {
 	r.mu.Lock()
 	r.dropped[blob] = append(r.dropped[blob], chunks...)
 	r.mu.Unlock()
-	_ = r.st.Drop(r.id.String(), blob, chunks, time.Now())
+	_, _ = r.st.Drop(r.id.String(), blob, chunks, time.Now())
 }
 
 func (r *router) Abandon(blob rafs.Digest, chunks []uint32) {

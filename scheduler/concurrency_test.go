@@ -44,7 +44,7 @@ func TestConcurrentUse(t *testing.T) {
 						_, _ = s.Report(id, p.ID, Outcome{Blob: blob, OK: rng.IntN(4) > 0, BadBytes: rng.IntN(50) == 0, BadChunk: p.Chunks[0]}, now)
 					}
 				case 4:
-					_ = s.Drop(id, blob, []uint32{c}, now)
+					_, _ = s.Drop(id, blob, []uint32{c}, now)
 				default:
 					s.Expire(now)
 					_ = s.Peers(now)
@@ -120,7 +120,7 @@ func TestConcurrentRecording(t *testing.T) {
 				case op < 12:
 					_, _ = s.Announce(id, own, []uint32{0}, now())
 				case op < 15:
-					_ = s.Drop(id, own, []uint32{0}, now())
+					_, _ = s.Drop(id, own, []uint32{0}, now())
 				case op < 16:
 					_, _ = s.Announce(id, digest("b"), []uint32{uint32(rng.IntN(64))}, now())
 				case op < 18:

@@ -107,19 +107,28 @@ func (s *State) AnnounceFull(peerID string, blob rafs.Digest, held Bitset, now t
 	return s.resolveOrigin(b, p, nil, row), nil
 }
 
-// Drop records that peerID no longer holds chunks of blob (evicted).
-func (s *State) Drop(peerID string, blob rafs.Digest, chunks []uint32, now time.Time) error {
+// Drop records that peerID no longer holds chunks of blob (evicted). An
+// origin turn peerID holds for one of them ends too: it fetched the chunk
+// and lost it, its announcement cancelled by the drop before either was
+// sent (a peer sends only the net change), or gave up on it. Either way
+// it will not announce the chunk, and the peers waiting for it would
+// wait until OriginTimeout. Drop returns those waiters, to be told to
+// ask again.
+func (s *State) Drop(peerID string, blob rafs.Digest, chunks []uint32, now time.Time) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, err := s.member(peerID, now)
 	if err != nil {
-		return fmt.Errorf("drop %s: %w", blob, err)
+		return nil, fmt.Errorf("drop %s: %w", blob, err)
 	}
+	var woken []string
 	if b := s.blobs[blob]; b != nil {
 		s.clearChunks(p, b, chunks)
+		woken = s.endTurns(p, b, chunks)
+		s.forgetIfEmpty(b)
 	}
 	s.excuse(p, blob, chunks)
-	return nil
+	return woken, nil
 }
 
 // announcer returns the live, unbanned peer id.

@@ -50,7 +50,7 @@ func TestHoldings(t *testing.T) {
 				case "full":
 					_, err = s.AnnounceFull("a", blob, BitsetOf(o.chunks...), t0)
 				case "drop":
-					err = s.Drop("a", blob, o.chunks, t0)
+					_, err = s.Drop("a", blob, o.chunks, t0)
 				}
 				if err != nil {
 					t.Fatalf("%s: %v", o.kind, err)

@@ -30,7 +30,7 @@ func TestLeaseEndForgetsBlob(t *testing.T) {
 			mustAnnounce(t, s, "h", digest("x"), []uint32{0}, t0)
 			mustAnnounce(t, s, "h", digest("y"), []uint32{0}, t0)
 			mustParents(t, s, "r", digest("x"), []uint32{0}, t0)
-			if err := s.Drop("h", digest("x"), []uint32{0}, t0); err != nil {
+			if _, err := s.Drop("h", digest("x"), []uint32{0}, t0); err != nil {
 				t.Fatal(err)
 			}
 			if st := s.Stats(); st.Blobs != 2 || st.Leases != 1 {

@@ -171,6 +171,17 @@ func (s *State) AbandonOrigin(peerID string, blob rafs.Digest, chunks []uint32, 
 	if b == nil {
 		return nil, nil
 	}
+	woken := s.endTurns(p, b, chunks)
+	s.forgetIfEmpty(b)
+	return woken, nil
+}
+
+// endTurns ends p's origin turns for chunks of b and returns the peers
+// that were waiting for them (sorted, without p). Write lock.
+func (s *State) endTurns(p *peer, b *blobState, chunks []uint32) []string {
+	if p.fetching == 0 || len(b.origin) == 0 {
+		return nil
+	}
 	var woken []string
 	for _, c := range chunks {
 		f := b.origin[c]
@@ -189,8 +200,7 @@ func (s *State) AbandonOrigin(peerID string, blob rafs.Digest, chunks []uint32, 
 			delete(b.origin, c)
 		}
 	}
-	s.forgetIfEmpty(b)
-	return wakeList(woken, p.id), nil
+	return wakeList(woken, p.id)
 }
 
 // dropFetches ends every origin fetch turn p holds.

@@ -314,10 +314,36 @@ func TestHolderAskingTakesNoTurn(t *testing.T) {
 		t.Fatalf("r1's answer: %s, want r0 as its parent", describe(a))
 	}
 	// r0 lost the chunk: r2 takes the turn, not a wait for r0.
-	if err := s.Drop("r0", digest("b"), []uint32{5}, at(2*time.Second)); err != nil {
+	if _, err := s.Drop("r0", digest("b"), []uint32{5}, at(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if a := mustParents(t, s, "r2", digest("b"), []uint32{5}, at(2*time.Second)); !slices.Equal(a.Origin, []uint32{5}) {
 		t.Fatalf("r2's answer after r0's drop: %s, want its own turn", describe(a))
+	}
+}
+
+// A fetcher that drops a chunk it holds the turn for (its announcement
+// and drop coalesced into the drop alone) gives the turn up: the waiters
+// are returned, and the next to ask takes it. A drop by another peer
+// leaves the turn alone.
+func TestDropEndsDroppersTurn(t *testing.T) {
+	s := newState(t, func(c *Config) { c.OriginTimeout = 30 * time.Second })
+	requesters(t, s, 3)
+	mustParents(t, s, "r0", digest("b"), []uint32{5, 6}, t0)
+	mustParents(t, s, "r1", digest("b"), []uint32{5, 6}, t0)
+	woken, err := s.Drop("r2", digest("b"), []uint32{5}, at(time.Second))
+	if err != nil || woken != nil {
+		t.Fatalf("another peer's drop: woken %v, %v; want none", woken, err)
+	}
+	woken, err = s.Drop("r0", digest("b"), []uint32{5}, at(time.Second))
+	if err != nil || !slices.Equal(woken, []string{"r1"}) {
+		t.Fatalf("fetcher's drop: woken %v, %v; want [r1]", woken, err)
+	}
+	a := mustParents(t, s, "r1", digest("b"), []uint32{5, 6}, at(time.Second))
+	if !slices.Equal(a.Origin, []uint32{5}) || len(a.Wait) != 1 || !slices.Equal(a.Wait[0].Fetchers, []string{"r0"}) {
+		t.Fatalf("r1 after r0's drop: %s, want the turn for 5 and a wait for r0's 6", describe(a))
+	}
+	if v := s.Peers(at(time.Second)); v[0].OriginTurns != 1 {
+		t.Errorf("r0 holds %d turns, want 1", v[0].OriginTurns)
 	}
 }

@@ -59,7 +59,7 @@ func TestParentsCoverage(t *testing.T) {
 			s := newState(t, func(c *Config) { c.MaxParents = tt.maxParents })
 			scene(t, s, nil, tt.holders)
 			mustAnnounce(t, s, "r", digest("b"), []uint32{0}, t0) // "r" holds 0; it must not matter
-			if err := s.Drop("r", digest("b"), []uint32{0}, t0); err != nil {
+			if _, err := s.Drop("r", digest("b"), []uint32{0}, t0); err != nil {
 				t.Fatal(err)
 			}
 			a := mustParents(t, s, "r", digest("b"), tt.ask, t0)

@@ -34,7 +34,7 @@ func TestMissingChunksRefuted(t *testing.T) {
 	if len(ans.Parents) != 0 || !slices.Equal(ans.Origin, []uint32{3}) {
 		t.Fatalf("r2 for chunk 3: %s, want the origin", describe(ans))
 	}
-	if err := s.Drop("a", b, []uint32{4}, at(4*time.Second)); err != nil {
+	if _, err := s.Drop("a", b, []uint32{4}, at(4*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	s.Expire(at(9 * time.Second))
@@ -67,7 +67,7 @@ func TestEvictedChunkExcused(t *testing.T) {
 
 	// Drop first, then the report: chunk 2 was already dropped.
 	mustParents(t, s, "r", b, seq(2, 3), t0)
-	if err := s.Drop("a", b, []uint32{2}, t0); err != nil {
+	if _, err := s.Drop("a", b, []uint32{2}, t0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Report("r", "a", Outcome{Blob: b, Missing: []uint32{2}}, at(time.Millisecond)); err != nil {
@@ -78,7 +78,7 @@ func TestEvictedChunkExcused(t *testing.T) {
 	if _, err := s.Report("r2", "a", Outcome{Blob: b, Missing: []uint32{5}}, at(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Drop("a", b, []uint32{5}, at(2*time.Second)); err != nil {
+	if _, err := s.Drop("a", b, []uint32{5}, at(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	// Both fetched again: announced, recorded at once.
@@ -95,7 +95,7 @@ func TestEvictedChunkExcused(t *testing.T) {
 	if _, err := s.Report("r", "a", Outcome{Blob: b, Missing: []uint32{5}}, at(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Drop("a", b, []uint32{5}, at(6*time.Second)); err != nil {
+	if _, err := s.Drop("a", b, []uint32{5}, at(6*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	mustAnnounce(t, s, "a", b, []uint32{5}, at(7*time.Second))

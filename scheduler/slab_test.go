@@ -62,7 +62,7 @@ func TestHoldingsAgainstModel(t *testing.T) {
 					cs := slices.Collect(maps.Keys(set))
 					cs = append(cs, randChunks()...)
 					cs = cs[:rng.IntN(len(cs)+1)]
-					if err := s.Drop(p, digest(bl), cs, t0); err != nil {
+					if _, err := s.Drop(p, digest(bl), cs, t0); err != nil {
 						t.Fatal(err)
 					}
 					for _, c := range cs {

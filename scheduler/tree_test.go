@@ -263,7 +263,7 @@ func TestTreeLeaseIndexForgotten(t *testing.T) {
 	rs := treeScene(t, s, 2)
 	b := digest("b")
 	mustParents(t, s, rs[0], b, seq(0, 4), t0)
-	if err := s.Drop("h", b, seq(0, 4), t0); err != nil {
+	if _, err := s.Drop("h", b, seq(0, 4), t0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Report(rs[0], "h", Outcome{Blob: b, OK: true}, t0); err != nil {

@@ -153,7 +153,10 @@ func (s *Server) serve(from string, req wire.Message, now time.Time) wire.Messag
 			s.watches.fire(m.Blob, nil, m.Held)
 		}
 	case *wire.Drop:
-		err = s.state.Drop(from, m.Blob, m.Chunks, now)
+		var woken []string
+		if woken, err = s.state.Drop(from, m.Blob, m.Chunks, now); err == nil && len(woken) > 0 {
+			s.watches.fire(m.Blob, m.Chunks, nil)
+		}
 	case *wire.Abandon:
 		if _, err = s.state.AbandonOrigin(from, m.Blob, m.Chunks, now); err == nil {
 			s.watches.fire(m.Blob, m.Chunks, nil)

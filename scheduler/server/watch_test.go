@@ -195,3 +195,33 @@ func TestUndeliveredTurnsGivenBack(t *testing.T) {
 		return equal(ans.Origin, []uint32{3})
 	})
 }
+
+// TestRouteWaitWokenByFetcherDrop: a fetcher whose drop of a chunk comes
+// in place of its announcement (it fetched the chunk and lost it before
+// either was sent) gives its turn up: the held route is answered at
+// once, with the turn.
+func TestRouteWaitWokenByFetcherDrop(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.State.WaitRetry = 8 * time.Second
+	cfg.StreamTimeout = 20 * time.Second
+	s := startServer(t, cfg)
+	a, b := newPeer(t), newPeer(t)
+	wantOK(t, request(t, a, s, &wire.Register{}))
+	wantOK(t, request(t, b, s, &wire.Register{}))
+	request(t, a, s, &wire.Route{Blob: blobA, Chunks: []uint32{3}}) // a's turn
+
+	held := startRouteWait(t, b, s, &wire.RouteWait{Blob: blobA, Chunks: []uint32{3}, MaxWait: 8 * time.Second})
+	eventually(t, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
+	wantOK(t, request(t, a, s, &wire.Drop{Blob: blobA, Chunks: []uint32{3}}))
+	r := <-held
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !equal(r.ans.Origin, []uint32{3}) {
+		t.Fatalf("route held over the fetcher's drop: got %+v, want b's origin turn for chunk 3", r.ans)
+	}
+	if r.took > 4*time.Second {
+		t.Errorf("route held over the fetcher's drop took %v, want well under its 8 s max wait", r.took)
+	}
+}
