@@ -34,6 +34,21 @@ func startRouteWait(t *testing.T, h *dhost.Host, s *Server, req *wire.RouteWait)
 	return out
 }
 
+// holdingServer starts a server whose waits are long enough (8 s) for a
+// held route to be answered by an event, not its timeout, and registers
+// two peers, a (with its address, to be named as a parent) and b.
+func holdingServer(t *testing.T) (s *Server, a, b *dhost.Host) {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.State.WaitRetry = 8 * time.Second
+	cfg.StreamTimeout = 20 * time.Second
+	s = startServer(t, cfg)
+	a, b = newPeer(t), newPeer(t)
+	wantOK(t, request(t, a, s, &wire.Register{Addrs: []string{a.Addrs()[0].String()}}))
+	wantOK(t, request(t, b, s, &wire.Register{}))
+	return s, a, b
+}
+
 type errUnexpected struct{ m wire.Message }
 
 func (e errUnexpected) Error() string { return "unexpected response " + e.m.Type().String() }
@@ -44,13 +59,7 @@ func (e errUnexpected) Error() string { return "unexpected response " + e.m.Type
 // with something to do now is answered at once.
 func TestRouteWaitHeldUntilAnnounced(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t)
-	cfg.State.WaitRetry = 8 * time.Second
-	cfg.StreamTimeout = 20 * time.Second
-	s := startServer(t, cfg)
-	a, b := newPeer(t), newPeer(t)
-	wantOK(t, request(t, a, s, &wire.Register{Addrs: []string{a.Addrs()[0].String()}}))
-	wantOK(t, request(t, b, s, &wire.Register{}))
+	s, a, b := holdingServer(t)
 
 	// a gets the origin turn for chunk 0, so b would wait for it.
 	resp := request(t, a, s, &wire.RouteWait{Blob: blobA, Chunks: []uint32{0}, MaxWait: 8 * time.Second})
@@ -89,13 +98,7 @@ func TestRouteWaitHeldUntilAnnounced(t *testing.T) {
 // its turn up (the waiter gets the turn).
 func TestRouteWaitTimesOutAndAbandon(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t)
-	cfg.State.WaitRetry = 8 * time.Second
-	cfg.StreamTimeout = 20 * time.Second
-	s := startServer(t, cfg)
-	a, b := newPeer(t), newPeer(t)
-	wantOK(t, request(t, a, s, &wire.Register{}))
-	wantOK(t, request(t, b, s, &wire.Register{}))
+	s, a, b := holdingServer(t)
 	request(t, a, s, &wire.Route{Blob: blobA, Chunks: []uint32{3}}) // a's turn
 
 	r := <-startRouteWait(t, b, s, &wire.RouteWait{Blob: blobA, Chunks: []uint32{3}, MaxWait: 300 * time.Millisecond})
@@ -109,18 +112,26 @@ func TestRouteWaitTimesOutAndAbandon(t *testing.T) {
 		t.Errorf("timed-out route took %v, want about its 300 ms max wait", r.took)
 	}
 
+	wantWokenBy(t, s, a, b, &wire.Abandon{Blob: blobA, Chunks: []uint32{3}})
+}
+
+// wantWokenBy holds a RouteWait of b's for chunk 3 of blobA, whose origin
+// turn a has, sends m from a, and wants the route answered at once with
+// b's turn.
+func wantWokenBy(t *testing.T, s *Server, a, b *dhost.Host, m wire.Message) {
+	t.Helper()
 	held := startRouteWait(t, b, s, &wire.RouteWait{Blob: blobA, Chunks: []uint32{3}, MaxWait: 8 * time.Second})
 	eventually(t, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
-	wantOK(t, request(t, a, s, &wire.Abandon{Blob: blobA, Chunks: []uint32{3}}))
-	r = <-held
+	wantOK(t, request(t, a, s, m))
+	r := <-held
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	if !equal(r.ans.Origin, []uint32{3}) {
-		t.Fatalf("route held over an abandon: got %+v, want b's origin turn for chunk 3", r.ans)
+		t.Fatalf("route held over a's %s: got %+v, want b's origin turn for chunk 3", m.Type(), r.ans)
 	}
 	if r.took > 4*time.Second {
-		t.Errorf("route held over an abandon took %v, want well under its 8 s max wait", r.took)
+		t.Errorf("route held over a's %s took %v, want well under its 8 s max wait", m.Type(), r.took)
 	}
 }
 
@@ -202,26 +213,7 @@ func TestUndeliveredTurnsGivenBack(t *testing.T) {
 // once, with the turn.
 func TestRouteWaitWokenByFetcherDrop(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t)
-	cfg.State.WaitRetry = 8 * time.Second
-	cfg.StreamTimeout = 20 * time.Second
-	s := startServer(t, cfg)
-	a, b := newPeer(t), newPeer(t)
-	wantOK(t, request(t, a, s, &wire.Register{}))
-	wantOK(t, request(t, b, s, &wire.Register{}))
+	s, a, b := holdingServer(t)
 	request(t, a, s, &wire.Route{Blob: blobA, Chunks: []uint32{3}}) // a's turn
-
-	held := startRouteWait(t, b, s, &wire.RouteWait{Blob: blobA, Chunks: []uint32{3}, MaxWait: 8 * time.Second})
-	eventually(t, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
-	wantOK(t, request(t, a, s, &wire.Drop{Blob: blobA, Chunks: []uint32{3}}))
-	r := <-held
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if !equal(r.ans.Origin, []uint32{3}) {
-		t.Fatalf("route held over the fetcher's drop: got %+v, want b's origin turn for chunk 3", r.ans)
-	}
-	if r.took > 4*time.Second {
-		t.Errorf("route held over the fetcher's drop took %v, want well under its 8 s max wait", r.took)
-	}
+	wantWokenBy(t, s, a, b, &wire.Drop{Blob: blobA, Chunks: []uint32{3}})
 }
