@@ -129,9 +129,14 @@ func TestChunkCachedMidFetchIsAnnounced(t *testing.T) {
 	if !slices.Contains(announced[img.blob], c.Ordinal) {
 		t.Fatalf("a did not announce the chunk it took from the cache: %v", announced[img.blob])
 	}
-	ans, err := st.Parents(third, img.blob, []uint32{c.Ordinal}, time.Now())
-	if err != nil || len(ans.Parents) != 1 || ans.Parents[0].ID != a.h.ID().String() {
-		t.Errorf("third peer's route: %+v, %v; want a as its parent", ans, err)
+	// The announcement reaches the scheduler at the client's next flush.
+	var ans scheduler.Answer
+	waitFor(t, "the scheduler to route the third peer to a", func() bool {
+		ans, err = st.Parents(third, img.blob, []uint32{c.Ordinal}, time.Now())
+		return err == nil && len(ans.Parents) == 1 && ans.Parents[0].ID == a.h.ID().String()
+	})
+	if len(ans.Wait) != 0 || len(ans.Origin) != 0 {
+		t.Errorf("third peer's route: %+v; want only a as its parent", ans)
 	}
 }
 
