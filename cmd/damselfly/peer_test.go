@@ -193,7 +193,7 @@ func TestPeerSampleConfig(t *testing.T) {
 	def := daemon.Default()
 	if cfg.Proxy.Listen != "127.0.0.1:7950" || cfg.Node.FetchDeadline != def.Node.FetchDeadline ||
 		cfg.Node.OriginMaxRange != def.Node.OriginMaxRange || cfg.Dir != def.Dir || cfg.Upstream.DefaultRegistry != def.Upstream.DefaultRegistry ||
-		cfg.Cache.DirectIO != def.Cache.DirectIO {
+		cfg.Cache.DirectIO != def.Cache.DirectIO || cfg.Cache.HotBytes != def.Cache.HotBytes {
 		t.Errorf("sample config differs from the defaults it documents: %+v", cfg)
 	}
 }

@@ -65,6 +65,27 @@ func BenchmarkGet(b *testing.B) {
 			i++
 		}
 	})
+	// The same reads with the recent entries in memory (all 64 fit).
+	hot := openTest(b, Config{HotBytes: 4 * n * benchChunk})
+	for i := range uint64(n) {
+		mustPut(b, hot, fakeDigest(i), rawMeta(benchChunk), content(i, benchChunk))
+	}
+	b.Run("hot", func(b *testing.B) {
+		b.SetBytes(benchChunk)
+		buf := make([]byte, 0, benchChunk)
+		var i uint64
+		for b.Loop() {
+			_, got, err := hot.Get(fakeDigest(i%n), buf)
+			if err != nil {
+				b.Fatal(err)
+			}
+			buf = got
+			i++
+		}
+		if s := hot.Stats(); s.HotHits == 0 || s.HotHits != s.Hits {
+			b.Fatalf("not every read came from memory: %+v", s)
+		}
+	})
 	b.Run("baseline", func(b *testing.B) {
 		b.SetBytes(benchChunk)
 		buf := make([]byte, benchChunk)

@@ -64,6 +64,10 @@ type Cache struct {
 	// deleted (SetEvictHook).
 	onEvict atomic.Pointer[func([]rafs.Digest)]
 
+	// hot serves recently used entries from memory; nil when
+	// Config.HotBytes is 0 or the cache reads through the page cache.
+	hot *hot
+
 	mu      sync.Mutex // guards idx, written and writing
 	idx     *index
 	written int64 // bytes of entry files written since the last rescan
@@ -118,6 +122,9 @@ func Open(cfg Config) (*Cache, error) {
 			c.log.Info("cache: the file system refuses direct I/O; reading and writing through the page cache", "dir", cfg.Dir)
 		}
 	}
+	if cfg.HotBytes > 0 && c.direct.Load() {
+		c.hot = newHot(cfg.HotBytes)
+	}
 	if err := c.Rescan(); err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)
 	}
@@ -168,4 +175,5 @@ func (c *Cache) forget(d rafs.Digest) {
 	c.mu.Lock()
 	c.idx.remove(d)
 	c.mu.Unlock()
+	c.hot.forget(d)
 }

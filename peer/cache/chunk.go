@@ -3,6 +3,7 @@ package cache
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"damselfly/rafs"
 )
@@ -28,6 +29,19 @@ func (c *Cache) ReadChunk(ck rafs.Chunk, dst []byte) error {
 	}
 	if c.closed.Load() {
 		return ErrClosed
+	}
+	var herr error
+	if c.hot.get(ck.Digest, func(m Meta, stored []byte, kept time.Time) {
+		if herr = decodeStored(ck, m, stored, dst); herr == nil {
+			c.usedHot(ck.Digest, kept)
+		}
+	}) {
+		if herr == nil {
+			return nil
+		}
+		// What hot holds was read from or written to the file, so the
+		// file fails too: read it, for readFailed to deal with.
+		c.hot.forget(ck.Digest)
 	}
 	path := c.paths.entry(ck.Digest)
 	e, err := openEntry(path, ck.Digest, c.direct.Load())
@@ -67,6 +81,15 @@ func decodeEntry(e *entryFile, ck rafs.Chunk, dst []byte) error {
 	}
 	if err != nil {
 		return err
+	}
+	return decodeStored(ck, m, stored, dst)
+}
+
+// decodeStored decodes stored, an entry's payload as m describes it, into
+// dst as ck's content; bytes that do not decode to it are corrupt.
+func decodeStored(ck rafs.Chunk, m Meta, stored, dst []byte) error {
+	if m.Size != ck.Size {
+		return corruptf("entry holds %d bytes, chunk has %d", m.Size, ck.Size)
 	}
 	as := ck
 	as.CompressedSize = m.StoredSize

@@ -37,6 +37,15 @@ type Config struct {
 	// hot, nor flood the disk with writeback later; reads of a chunk go
 	// to the device each time. Processes sharing Dir may differ in this.
 	DirectIO bool
+	// HotBytes is a memory budget for the stored bytes of the entries
+	// most recently put, or read with Get, which Get and ReadChunk serve
+	// without the disk; 0 keeps none. It applies with direct I/O only
+	// (DirectIO, where the file system takes it), sparing the device the
+	// reads of the chunks a peer uploads to others just after fetching
+	// them; through the page cache the kernel keeps those already, and a
+	// second copy here measured as more CPU, not less. No chunk larger
+	// than a quarter of it is kept.
+	HotBytes int64
 	// probeDirect replaces the check Open makes of direct I/O, in tests
 	// acting out a file system without it.
 	probeDirect func(dir string) bool
@@ -75,6 +84,9 @@ func (c Config) Validate() error {
 	}
 	if c.Capacity < 0 {
 		errs = append(errs, fmt.Errorf("Capacity: %d is negative (0 means unlimited)", c.Capacity))
+	}
+	if c.HotBytes < 0 {
+		errs = append(errs, fmt.Errorf("HotBytes: %d is negative (0 keeps none)", c.HotBytes))
 	}
 	high, low := d.HighWatermark, d.LowWatermark
 	if math.IsNaN(high) || high <= 0 || high > 1 {

@@ -33,12 +33,19 @@ func (c *Cache) Get(d rafs.Digest, dst []byte) (Meta, []byte, error) {
 	if c.closed.Load() {
 		return Meta{}, nil, ErrClosed
 	}
+	var m Meta
+	var out []byte
+	if c.hot.get(d, func(hm Meta, stored []byte, kept time.Time) {
+		m, out = hm, append(dst[:0], stored...)
+		c.usedHot(d, kept)
+	}) {
+		return m, out, nil
+	}
 	path := c.paths.entry(d)
 	e, err := openEntry(path, d, c.direct.Load())
 	if e != nil {
 		defer e.Close()
 	}
-	var out []byte
 	if err == nil {
 		out, err = e.readPayload(dst)
 	}
@@ -48,7 +55,24 @@ func (c *Cache) Get(d rafs.Digest, dst []byte) (Meta, []byte, error) {
 	}
 	c.used(d, path, e.fi)
 	c.n.hits.Add(1)
+	c.hot.keep(d, e.hdr.meta, out)
 	return e.hdr.meta, out, nil
+}
+
+// usedHot records a hit on d served from hot memory, whose file's mtime
+// was last refreshed (by this Cache) at kept: most recently used in the
+// index, and in the file's mtime when kept is older than touchInterval.
+func (c *Cache) usedHot(d rafs.Digest, kept time.Time) {
+	now := time.Now()
+	if now.Sub(kept) >= touchInterval {
+		_ = os.Chtimes(c.paths.entry(d), time.Time{}, now)
+		c.hot.touched(d, now)
+	}
+	c.mu.Lock()
+	c.idx.touch(d, now.UnixNano())
+	c.mu.Unlock()
+	c.n.hits.Add(1)
+	c.n.hotHits.Add(1)
 }
 
 // Has reports whether an entry file for d exists now, in this process's

@@ -53,6 +53,7 @@ func (c *Cache) Put(d rafs.Digest, m Meta, stored []byte) error {
 			_ = os.Chtimes(path, time.Time{}, now)
 		}
 		c.n.puts.Add(1)
+		c.hot.keep(d, m, stored)
 		c.mu.Lock()
 		c.idx.add(d, size, now.UnixNano())
 		over := c.overLocked()
@@ -79,6 +80,7 @@ func (c *Cache) Put(d rafs.Digest, m Meta, stored []byte) error {
 		return err
 	}
 	c.n.puts.Add(1)
+	c.hot.keep(d, m, stored)
 	if over {
 		c.evictFromPut()
 	}

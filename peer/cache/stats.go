@@ -23,13 +23,18 @@ type Stats struct {
 	// done again buffered.
 	Direct        bool
 	DirectRefused uint64
+	// HotHits counts the Hits served from memory (Config.HotBytes);
+	// HotEntries and HotBytes are what that memory holds now.
+	HotHits    uint64
+	HotEntries int
+	HotBytes   int64
 }
 
 type counters struct {
 	hits, misses, puts      atomic.Uint64
 	evictions, evictedBytes atomic.Uint64
 	corrupt, errors         atomic.Uint64
-	directRefused           atomic.Uint64
+	directRefused, hotHits  atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. It is cheap and safe to call
@@ -38,6 +43,7 @@ func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	entries, bytes := c.idx.len(), c.idx.bytes
 	c.mu.Unlock()
+	hotEntries, hotBytes := c.hot.stats()
 	return Stats{
 		Entries:       entries,
 		Bytes:         bytes,
@@ -51,5 +57,8 @@ func (c *Cache) Stats() Stats {
 		Errors:        c.n.errors.Load(),
 		Direct:        c.direct.Load(),
 		DirectRefused: c.n.directRefused.Load(),
+		HotHits:       c.n.hotHits.Load(),
+		HotEntries:    hotEntries,
+		HotBytes:      hotBytes,
 	}
 }

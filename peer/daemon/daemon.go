@@ -164,6 +164,9 @@ func (d *Daemon) AddrInfo() lpeer.AddrInfo { return d.host.AddrInfo() }
 // Node is the daemon's chunk source (for tests and the demo).
 func (d *Daemon) Node() *peer.Node { return d.node }
 
+// CacheStats returns the node cache's counters.
+func (d *Daemon) CacheStats() cache.Stats { return d.cache.Stats() }
+
 // Preheater serves the schedulers' preheat requests (for tests).
 func (d *Daemon) Preheater() *peer.Preheater { return d.heat }
 
