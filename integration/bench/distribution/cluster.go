@@ -127,6 +127,7 @@ func (c *cluster) startNode(cfg Config, name, dir, key, sched, originURL string,
 	dcfg.Dir = dir
 	dcfg.Cache.Dir = filepath.Join(dir, "cache")
 	dcfg.Cache.DirectIO = cfg.CacheDirect
+	dcfg.Cache.HotBytes = int64(cfg.CacheHotMiB) << 20
 	dcfg.Host.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
 	dcfg.Host.ClusterKeyFile = key
 	dcfg.Proxy.Listen = "127.0.0.1:0"

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"damselfly/peer/daemon"
 )
 
 // Config says what one invocation measures: one scenario (a cluster
@@ -41,6 +43,10 @@ type Config struct {
 	// CacheDirect has the nodes' caches read and write with direct I/O
 	// (cache.direct_io true) instead of through the page cache.
 	CacheDirect bool
+	// CacheHotMiB gives each node's cache that much memory for the chunks
+	// it cached most recently (cache.hot_bytes), used with CacheDirect
+	// only; 0 keeps none. By default the peer daemon's default.
+	CacheHotMiB int
 	// Spread starts node i's reading i/Nodes of the way into the image
 	// (wrapping around), as whole-image prefetches free to choose their
 	// order would; by default every node reads in the same order, as
@@ -76,6 +82,7 @@ func Default() Config {
 		Runs:        3,
 		Readers:     4,
 		BatchChunks: 4,
+		CacheHotMiB: daemon.DefaultHotBytes >> 20,
 		RunTimeout:  10 * time.Minute,
 		Out:         "integration/bench/out",
 	}

@@ -54,6 +54,7 @@ func main() {
 	flag.IntVar(&cfg.BatchChunks, "batch-chunks", cfg.BatchChunks, "chunks per request")
 	flag.BoolVar(&cfg.ReaderSocket, "reader-socket", false, "readers reach their node's proxy over its unix socket (default: loopback TCP)")
 	flag.BoolVar(&cfg.CacheDirect, "cache-direct", false, "node caches use direct I/O (default: the page cache, as the peer daemon's default)")
+	flag.IntVar(&cfg.CacheHotMiB, "cache-hot-mb", cfg.CacheHotMiB, "with -cache-direct: MiB of memory per node cache for the chunks cached most recently (cache.hot_bytes; 0: none)")
 	flag.BoolVar(&cfg.Spread, "spread", cfg.Spread, "start node i's reading i/nodes of the way into the image (default: every node reads in the same order)")
 	flag.IntVar(&cfg.MaxChildren, "tree-max-children", 0, "the scheduler's tree_max_children (0: its default)")
 	flag.DurationVar(&cfg.StarveAfter, "tree-starve-after", 0, "the scheduler's tree_starve_after (0: its default)")
@@ -178,6 +179,9 @@ func run(ctx context.Context, cfg Config, progress io.Writer) (_ *Scenario, err 
 		Command: command(cfg),
 		Bound:   floor(cfg.P2P, cfg.Nodes, img.bytes, img.chunk, bytesPerSec(cfg.NodeMbit), bytesPerSec(cfg.originMbit())),
 	}
+	if cfg.CacheDirect {
+		s.CacheHotMiB = cfg.CacheHotMiB
+	}
 	say("%s: %d blobs, %d bytes; bound %.2f s (%s)", s.Key, len(img.blobs), img.bytes, s.Bound.Seconds, s.Bound.Binding)
 	for i := range cfg.Runs {
 		r, err := measure(ctx, cfg, img, reg.addr, filepath.Join(work, fmt.Sprintf("run%d", i)), log)
@@ -185,8 +189,8 @@ func run(ctx context.Context, cfg Config, progress io.Writer) (_ *Scenario, err 
 			return nil, fmt.Errorf("run %d: %w", i+1, err)
 		}
 		s.Runs = append(s.Runs, r)
-		say("run %d/%d: origin sent %.2fx the image; p50 %.2f s, p99 %.2f s, max %.2f s (load %s)",
-			i+1, cfg.Runs, r.OriginRatio, r.P50, r.P99, r.Max, r.Load)
+		say("run %d/%d: origin sent %.2fx the image; p50 %.2f s, p99 %.2f s, max %.2f s; %.1f CPU-s; cache reads %d (%d from memory) (load %s)",
+			i+1, cfg.Runs, r.OriginRatio, r.P50, r.P99, r.Max, r.CPUSeconds, r.CacheReads, r.HotReads, r.Load)
 	}
 	s.summarise()
 	rep, err := loadReport(cfg.Out)
@@ -223,6 +227,9 @@ func command(cfg Config) string {
 	}
 	if cfg.CacheDirect {
 		args = append(args, "-cache-direct")
+	}
+	if cfg.CacheDirect && cfg.CacheHotMiB != Default().CacheHotMiB {
+		args = append(args, fmt.Sprintf("-cache-hot-mb %d", cfg.CacheHotMiB))
 	}
 	if cfg.MaxChildren != 0 {
 		args = append(args, fmt.Sprintf("-tree-max-children %d", cfg.MaxChildren))

@@ -35,7 +35,10 @@ type Scenario struct {
 	// than loopback TCP.
 	ReaderSocket bool `json:"reader_socket,omitempty"`
 	// The node caches used direct I/O, not the page cache.
-	CacheDirect bool   `json:"cache_direct,omitempty"`
+	CacheDirect bool `json:"cache_direct,omitempty"`
+	// With CacheDirect: the MiB of memory each node cache kept recent
+	// chunks in (cache.hot_bytes); absent for none.
+	CacheHotMiB int    `json:"cache_hot_mib,omitempty"`
 	ImageBytes  int64  `json:"image_bytes"` // stored bytes of every blob
 	ChunkBytes  int64  `json:"chunk_bytes"`
 	Measured    string `json:"measured"` // UTC, RFC 3339
@@ -93,6 +96,9 @@ func scenarioKey(c Config) string {
 	}
 	if c.CacheDirect {
 		mode += " cache=direct"
+		if c.CacheHotMiB > 0 {
+			mode += fmt.Sprintf(" hot=%dMiB", c.CacheHotMiB)
+		}
 	}
 	if c.MaxChildren != 0 {
 		mode += fmt.Sprintf(" tree-max-children=%d", c.MaxChildren)
@@ -199,6 +205,9 @@ func (r *Report) markdown() string {
 		}
 		if s.CacheDirect {
 			mode += ", node caches with direct I/O"
+			if s.CacheHotMiB > 0 {
+				mode += fmt.Sprintf(" and %d MiB of recent chunks in memory", s.CacheHotMiB)
+			}
 		}
 		bound, p50r, p99r := "—", "—", "—"
 		if s.Bound.Seconds > 0 {

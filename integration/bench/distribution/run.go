@@ -49,8 +49,13 @@ type RunResult struct {
 	// SysSeconds is the kernel's part of CPUSeconds, PageFaults the
 	// process's minor page faults over the same span; absent in runs
 	// recorded before they were.
-	SysSeconds float64      `json:"sys_seconds,omitempty"`
-	PageFaults int64        `json:"page_faults,omitempty"`
+	SysSeconds float64 `json:"sys_seconds,omitempty"`
+	PageFaults int64   `json:"page_faults,omitempty"`
+	// CacheReads counts the chunks the nodes read from their caches (to
+	// serve other nodes, mostly); HotReads those of them served from the
+	// caches' memory (cache.hot_bytes) rather than their files.
+	CacheReads uint64       `json:"cache_reads,omitempty"`
+	HotReads   uint64       `json:"hot_reads,omitempty"`
 	Nodes      []NodeResult `json:"nodes"`
 }
 
@@ -109,6 +114,9 @@ func measure(ctx context.Context, cfg Config, img *image, registryAddr, dir stri
 		st := d.Node().Stats()
 		res.Nodes[i].PeerBytes, res.Nodes[i].OriginBytes = st.PeerBytes, st.OriginBytes
 		res.Nodes[i].DuplicateBytes, res.Nodes[i].Hedges = st.DuplicateBytes, st.Hedges
+		cs := d.CacheStats()
+		res.CacheReads += cs.Hits
+		res.HotReads += cs.HotHits
 	}
 	res.OriginBytes = c.origin.Stats().DownBytes
 	res.OriginRatio = float64(res.OriginBytes) / float64(img.bytes)
