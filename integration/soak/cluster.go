@@ -26,6 +26,7 @@ type cluster struct {
 	logs   string // process logs
 	binary string // damselfly built from the tree
 	key    string // the cluster key file
+	direct bool   // node caches with direct I/O (cache.direct_io)
 
 	registry  *proc
 	regHost   string // "127.0.0.1:PORT"
@@ -171,6 +172,7 @@ host:
 cache:
   dir: %s
   capacity: %d
+  direct_io: %t
 proxy:
   listen: 127.0.0.1:0
 upstream:
@@ -179,7 +181,7 @@ scheduler:
   schedulers: ["%s"]
 labels:
   host: %s
-`, n.dir, c.key, n.cache, capacity, c.regHost, c.schedAddr, name)
+`, n.dir, c.key, n.cache, capacity, c.direct, c.regHost, c.schedAddr, name)
 	cfg := filepath.Join(c.dir, name+"-peer.yaml")
 	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
 		return err
@@ -219,10 +221,11 @@ func (c *cluster) mount(ctx context.Context, n *node, im *image) error {
 cache:
   dir: %s
   capacity: %d
+  direct_io: %t
 prefetch:
   enable: false
 memory_bytes: 1048576
-`, n.proxy, n.proxy, n.cache, n.capacity)
+`, n.proxy, n.proxy, n.cache, n.capacity, c.direct)
 	cfg := filepath.Join(n.dir, "mount-"+im.name+".yaml")
 	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
 		return err

@@ -42,6 +42,7 @@ func main() {
 	flag.Float64Var(&cfg.Scale, "scale", 0.25, "size of the generated images (1 is about 60 MB for the first)")
 	chunk := flag.Uint("chunk-kib", 64, "RAFS chunk size in KiB")
 	flag.Float64Var(&cfg.CacheFraction, "cache-fraction", 0.25, "node cache capacity as a fraction of the working set")
+	flag.BoolVar(&cfg.CacheDirect, "cache-direct", false, "peers and mounts use direct I/O for the node caches (the peers then keep recent chunks in memory)")
 	flag.StringVar(&cfg.Out, "out", "integration/soak/out", "directory for soak.md, soak.json and the process logs")
 	flag.Parse()
 	cfg.ChunkSize = uint32(*chunk) << 10

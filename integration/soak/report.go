@@ -72,6 +72,9 @@ func (res *result) markdown() string {
 	w("\nWorking set (distinct blobs, %d shared between images): %.1f MiB. Node cache capacity: %.1f MiB on every node; "+
 		"bound with the default watermarks and %d writing processes per cache: %.1f MiB.\n\n",
 		res.SharedBlob, mib(res.WorkingSet), mib(res.Capacity), 1+len(res.Images), mib(res.CacheBound))
+	if res.Config.CacheDirect {
+		w("The node caches were read and written with direct I/O (cache.direct_io), the peers keeping recent chunks in memory (cache.hot_bytes).\n\n")
+	}
 
 	w("Per-node figures are node0/node1/...; mount figures are sums over every mount daemon of the cluster. ")
 	w("Cache MiB is the largest size of the cache's entries on disk seen since the previous row (measured every second). ")

@@ -36,8 +36,12 @@ type config struct {
 	// CacheFraction sizes every node cache as a fraction of the working
 	// set (the distinct blob bytes of all images).
 	CacheFraction float64
-	Out           string    // directory for soak.json, soak.md and logs; "" for a temporary one
-	Log           io.Writer // progress lines
+	// CacheDirect has the peers and mounts read and write the node caches
+	// with direct I/O (cache.direct_io), the peers keeping recent chunks
+	// in memory (cache.hot_bytes, its default).
+	CacheDirect bool
+	Out         string    // directory for soak.json, soak.md and logs; "" for a temporary one
+	Log         io.Writer // progress lines
 }
 
 func (c config) validate() error {
@@ -70,6 +74,8 @@ type result struct {
 		Readers   int     `json:"readers"`
 		Scale     float64 `json:"scale"`
 		ChunkSize uint32  `json:"chunk_size"`
+		// CacheDirect: the node caches used direct I/O.
+		CacheDirect bool `json:"cache_direct,omitempty"`
 	} `json:"config"`
 	Started    time.Time   `json:"started"`
 	Images     []imageInfo `json:"images"`
@@ -160,13 +166,14 @@ func run(ctx context.Context, cfg config) (_ *result, err error) {
 	res := &result{Started: time.Now().UTC(), warmup: cfg.Warmup}
 	res.Config.Duration, res.Config.Interval, res.Config.Warmup = cfg.Duration.String(), cfg.Interval.String(), cfg.Warmup.String()
 	res.Config.Nodes, res.Config.Readers, res.Config.Scale, res.Config.ChunkSize = cfg.Nodes, cfg.Readers, cfg.Scale, cfg.ChunkSize
+	res.Config.CacheDirect = cfg.CacheDirect
 
 	work, err := os.MkdirTemp("", "damselfly-soak-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	c := &cluster{dir: work, logs: filepath.Join(work, "logs")}
+	c := &cluster{dir: work, logs: filepath.Join(work, "logs"), direct: cfg.CacheDirect}
 	if cfg.Out != "" {
 		c.logs = filepath.Join(cfg.Out, "logs")
 		os.RemoveAll(c.logs)
