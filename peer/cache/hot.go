@@ -31,6 +31,7 @@ type hot struct {
 	entries   map[rafs.Digest]*hotEntry
 	head      hotEntry // sentinel of the recency list: head.next is the newest
 	allocated int64    // bytes of buffers allocated: live, free and retired
+	live      int64    // bytes the entries hold
 	free      [][]byte // recycled buffers, ready for reuse
 }
 
@@ -76,6 +77,7 @@ func (h *hot) keep(d rafs.Digest, m Meta, stored []byte) {
 	}
 	e := &hotEntry{d: d, meta: m, buf: buf[:n], kept: time.Now()}
 	copy(e.buf, stored)
+	h.live += n
 	h.entries[d] = e
 	h.pushFront(e)
 }
@@ -170,6 +172,7 @@ func (h *hot) forget(d rafs.Digest) {
 // reader. The caller holds mu.
 func (h *hot) drop(e *hotEntry) {
 	delete(h.entries, e.d)
+	h.live -= int64(len(e.buf))
 	h.unlink(e)
 	e.gone = true
 	if e.refs == 0 {
@@ -188,15 +191,12 @@ func (h *hot) pushFront(e *hotEntry) {
 	h.head.next = e
 }
 
-// stats returns the entries hot holds and the bytes of their buffers.
+// stats returns the entries hot holds and their bytes.
 func (h *hot) stats() (entries int, bytes int64) {
 	if h == nil {
 		return 0, 0
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, e := range h.entries {
-		bytes += int64(len(e.buf))
-	}
-	return len(h.entries), bytes
+	return len(h.entries), h.live
 }
