@@ -121,15 +121,13 @@ func (c *Cache) unlink(victims []victim) (n int, bytes int64) {
 	}()
 	for _, v := range victims {
 		err := os.Remove(c.paths.entry(v.digest))
+		c.hot.forget(v.digest)
 		switch {
 		case err == nil:
-			c.hot.forget(v.digest)
 			n++
 			bytes += v.size
 			gone = append(gone, v.digest)
-		case isNotExist(err):
-			c.hot.forget(v.digest)
-		default:
+		case !isNotExist(err):
 			c.n.errors.Add(1)
 			c.log.Warn("cache: evict", "digest", v.digest, "err", fmt.Errorf("unlink: %w", err))
 		}
