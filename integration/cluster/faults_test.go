@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,6 +65,9 @@ func TestRegistryFaults(t *testing.T) {
 			}
 			origin0, failures0 := p.peerBytes("origin"), p.metric("damselfly_peer_read_failures_total")
 			stopFlap := func() int { return 0 }
+			for _, g := range gates {
+				g.trace()
+			}
 			if sc.flap > 0 {
 				stopFlap = flap(gates, sc.f, sc.flap)
 			} else {
@@ -92,8 +96,10 @@ func TestRegistryFaults(t *testing.T) {
 				if res[j].err != nil {
 					t.Errorf("%s: node %s: %v", sc.name, m.n.name, res[j].err)
 				}
+				events := gates[j].untrace()
 				if len(res[j].failed) > 0 || res[j].bad > 0 || st.Errors > 0 {
 					t.Errorf("%s: node %s: %d reads failed, %d files with wrong bytes, %d read errors: %v", sc.name, m.n.name, len(res[j].failed), res[j].bad, st.Errors, res[j].failed)
+					logEvents(t, m.n.name, start, events)
 				}
 				if gates[j].faulted.Load() == faulted0[j] {
 					t.Errorf("%s: node %s: the gate injected no fault: the scenario tested nothing", sc.name, m.n.name)
@@ -118,6 +124,17 @@ func TestRegistryFaults(t *testing.T) {
 	}
 }
 
+// logEvents prints a gate's events, at their times since start, so that
+// a failure shows which requests met which fault when.
+func logEvents(t *testing.T, node string, start time.Time, events []gateEvent) {
+	t.Helper()
+	var b strings.Builder
+	for _, e := range events {
+		fmt.Fprintf(&b, "\n  %8.3fs %s", e.at.Sub(start).Seconds(), e.what)
+	}
+	t.Logf("gate of node %s, %d events (at most %d kept):%s", node, len(events), maxEvents, b.String())
+}
+
 // flap switches the gates to f for period and back to no fault for
 // twice that, again and again until the returned stop is called; stop
 // returns how many times they went down.
@@ -135,8 +152,10 @@ func flap(gates []*gate, f fault, period time.Duration) (stop func() int) {
 			for _, g := range gates {
 				if down {
 					g.set(f)
+					g.note("down")
 				} else {
 					g.set(fault{})
+					g.note("up")
 				}
 			}
 			select {

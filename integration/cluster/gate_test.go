@@ -29,6 +29,48 @@ type gate struct {
 	spoiled   sync.Map // "path range" of the bodies flip spoiled
 	// faulted counts the requests a fault was injected into.
 	faulted atomic.Int64
+
+	// events, while tracing, records what the gate did and when, for a
+	// failing test to print: at most maxEvents, the first ones kept.
+	eventsMu sync.Mutex
+	tracing  bool
+	events   []gateEvent
+}
+
+type gateEvent struct {
+	at   time.Time
+	what string
+}
+
+const maxEvents = 4096
+
+// trace starts recording events afresh.
+func (g *gate) trace() {
+	g.eventsMu.Lock()
+	g.tracing, g.events = true, nil
+	g.eventsMu.Unlock()
+}
+
+// untrace stops recording and returns the events recorded.
+func (g *gate) untrace() []gateEvent {
+	g.eventsMu.Lock()
+	defer g.eventsMu.Unlock()
+	g.tracing = false
+	return g.events
+}
+
+// note records what, while tracing.
+func (g *gate) note(what string) {
+	g.eventsMu.Lock()
+	if g.tracing && len(g.events) < maxEvents {
+		g.events = append(g.events, gateEvent{at: time.Now(), what: what})
+	}
+	g.eventsMu.Unlock()
+}
+
+// requestLine names r in an event: method, path and range.
+func requestLine(r *http.Request) string {
+	return r.Method + " " + r.URL.Path + " " + r.Header.Get("Range")
 }
 
 // fault is what a gate does to the requests it passes; the zero value
@@ -74,9 +116,11 @@ func startGate(t testing.TB, registryHost string) *gate {
 			f := g.fault.Load()
 			if f.down {
 				g.faulted.Add(1)
+				g.note("aborted " + requestLine(r))
 				panic(http.ErrAbortHandler) // the server closes the connection
 			}
 			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/sha256:") {
+				g.note("passed " + requestLine(r))
 				n := g.blobGets.Add(1)
 				if !g.blobFault(f, n, w, r, rp) {
 					rp.ServeHTTP(&countingWriter{ResponseWriter: w, n: &g.blobBytes}, r)
