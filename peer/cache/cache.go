@@ -123,7 +123,7 @@ func Open(cfg Config) (*Cache, error) {
 		}
 	}
 	if cfg.HotBytes > 0 && c.direct.Load() {
-		c.hot = newHot(cfg.HotBytes)
+		c.hot = newHot(hotBudget(cfg))
 	}
 	if err := c.Rescan(); err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)

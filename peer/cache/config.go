@@ -43,8 +43,10 @@ type Config struct {
 	// (DirectIO, where the file system takes it), sparing the device the
 	// reads of the chunks a peer uploads to others just after fetching
 	// them; through the page cache the kernel keeps those already, and a
-	// second copy here measured as more CPU, not less. No chunk larger
-	// than a quarter of it is kept.
+	// second copy here measured as more CPU, not less. A limited cache
+	// keeps at most Capacity bytes in memory, whatever HotBytes says: a
+	// small cache does not get a large memory beside it. No chunk larger
+	// than a quarter of the budget is kept.
 	HotBytes int64
 	// probeDirect replaces the check Open makes of direct I/O, in tests
 	// acting out a file system without it.
@@ -101,6 +103,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cache config: %w", err)
 	}
 	return nil
+}
+
+// hotBudget is the memory Config.HotBytes grants: never more than the
+// cache's capacity.
+func hotBudget(c Config) int64 {
+	if c.Capacity > 0 {
+		return min(c.HotBytes, c.Capacity)
+	}
+	return c.HotBytes
 }
 
 // highBytes and lowBytes are the watermarks in bytes; both are 0 for an

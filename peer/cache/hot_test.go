@@ -240,3 +240,29 @@ func TestHotOnlyWithDirect(t *testing.T) {
 		}
 	}
 }
+
+// A limited cache keeps no more in memory than its capacity, however
+// much HotBytes grants: its memory is what it holds on disk at most.
+func TestHotBudgetWithinCapacity(t *testing.T) {
+	t.Parallel()
+	const n = 16 << 10
+	capacity := int64(8 * (headerSize + n))
+	c := openTest(t, Config{Capacity: capacity, HotBytes: 32 << 20})
+	if c.hot == nil || c.hot.budget != capacity {
+		t.Fatalf("hot budget %v, want the capacity %d", c.hot, capacity)
+	}
+	for i := range 64 {
+		tc := makeChunk(uint64(100+i), n, false)
+		mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
+		if s := c.Stats(); s.HotBytes > capacity || c.hot.allocated > capacity {
+			t.Fatalf("after %d puts: %d bytes in memory, %d allocated, capacity %d", i+1, s.HotBytes, c.hot.allocated, capacity)
+		}
+	}
+	if s := c.Stats(); s.HotEntries == 0 {
+		t.Fatalf("nothing kept in memory: %+v", s)
+	}
+	// Unlimited caches keep what HotBytes says.
+	if got := hotBudget(Config{HotBytes: 32 << 20}); got != 32<<20 {
+		t.Fatalf("unlimited cache: budget %d", got)
+	}
+}
