@@ -82,6 +82,9 @@ func (n *Node) fetchRun(ctx context.Context, g *group, run originRun, turn bool)
 		return out
 	}
 	g.tr.origin.Add(1)
+	if !turn {
+		n.m.unscheduledOrigin()
+	}
 	// buf is this run's own: the chunks keep their slices of it.
 	buf := make([]byte, run.end-run.off)
 	arrived := make(chan rafs.Chunk, len(run.chunks))

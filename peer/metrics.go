@@ -18,6 +18,7 @@ type Stats struct {
 	CacheBytes, PeerBytes, OriginBytes    int64 // stored bytes delivered, by source
 	CacheChunks, PeerChunks, OriginChunks int64 // chunks delivered, by source
 	OriginRequests                        int64 // ranged GETs sent to the origin
+	UnscheduledOrigin                     int64 // origin GETs started without a turn from the Router
 	OriginFetched                         int64 // bytes those returned
 	Failures                              int64 // ReadChunks calls that failed
 	BadPeers                              int64 // peers reported for bad bytes
@@ -34,6 +35,7 @@ type Stats struct {
 type metrics struct {
 	bytes, chunks     [3]atomic.Int64 // by source index
 	originRequests    atomic.Int64
+	unscheduled       atomic.Int64
 	originFetched     atomic.Int64
 	failures          atomic.Int64
 	badPeers          atomic.Int64
@@ -46,6 +48,7 @@ type metrics struct {
 	promBytes         *prometheus.CounterVec
 	promChunks        *prometheus.CounterVec
 	promOriginReqs    prometheus.Counter
+	promUnscheduled   prometheus.Counter
 	promOriginFetched prometheus.Counter
 	promFailures      prometheus.Counter
 	promBadPeers      prometheus.Counter
@@ -80,6 +83,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "damselfly_peer_origin_requests_total",
 			Help: "Ranged GETs sent to the origin registry.",
 		}),
+		promUnscheduled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "damselfly_peer_origin_requests_unscheduled_total",
+			Help: "Ranged GETs started to the origin registry without a turn from the scheduler (it did not answer, or the parents it and recent answers named failed): outside its bound on fetchers per chunk.",
+		}),
 		promOriginFetched: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "damselfly_peer_origin_bytes_total",
 			Help: "Bytes received from the origin registry.",
@@ -110,7 +117,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.promBytes, m.promChunks, m.promOriginReqs,
+		for _, c := range []prometheus.Collector{m.promBytes, m.promChunks, m.promOriginReqs, m.promUnscheduled,
 			m.promOriginFetched, m.promFailures, m.promBadPeers, m.promHedges, m.promSlowPeers, m.promDropped, m.promStrayTurns} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
@@ -133,6 +140,11 @@ func (m *metrics) originRequest(n int) {
 	m.originFetched.Add(int64(n))
 	m.promOriginReqs.Inc()
 	m.promOriginFetched.Add(float64(n))
+}
+
+func (m *metrics) unscheduledOrigin() {
+	m.unscheduled.Add(1)
+	m.promUnscheduled.Inc()
 }
 
 func (m *metrics) failure() {
@@ -171,15 +183,16 @@ func (m *metrics) stats() Stats {
 	return Stats{
 		CacheBytes: m.bytes[0].Load(), PeerBytes: m.bytes[1].Load(), OriginBytes: m.bytes[2].Load(),
 		CacheChunks: m.chunks[0].Load(), PeerChunks: m.chunks[1].Load(), OriginChunks: m.chunks[2].Load(),
-		OriginRequests:  m.originRequests.Load(),
-		OriginFetched:   m.originFetched.Load(),
-		Failures:        m.failures.Load(),
-		BadPeers:        m.badPeers.Load(),
-		Collapsed:       m.collapsed.Load(),
-		Hedges:          m.hedges.Load(),
-		SlowPeers:       m.slowPeers.Load(),
-		DuplicateBytes:  m.duplicateBytes.Load(),
-		HoldingsDropped: m.holdingsDropped.Load(),
-		StrayTurns:      m.strayTurnsGiven.Load(),
+		OriginRequests:    m.originRequests.Load(),
+		OriginFetched:     m.originFetched.Load(),
+		UnscheduledOrigin: m.unscheduled.Load(),
+		Failures:          m.failures.Load(),
+		BadPeers:          m.badPeers.Load(),
+		Collapsed:         m.collapsed.Load(),
+		Hedges:            m.hedges.Load(),
+		SlowPeers:         m.slowPeers.Load(),
+		DuplicateBytes:    m.duplicateBytes.Load(),
+		HoldingsDropped:   m.holdingsDropped.Load(),
+		StrayTurns:        m.strayTurnsGiven.Load(),
 	}
 }

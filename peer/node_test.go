@@ -133,10 +133,17 @@ func TestRouterDownRecentParentsThenOrigin(t *testing.T) {
 	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks[:n/4]); err != nil {
 		t.Fatalf("B: %v", err)
 	}
+	// Every origin request so far had a turn from the scheduler.
+	if a, b := a.Stats(), b.Stats(); a.UnscheduledOrigin != 0 || b.UnscheduledOrigin != 0 || a.OriginRequests == 0 {
+		t.Fatalf("with the router up: A made %d origin requests, %d unscheduled; B %d unscheduled", a.OriginRequests, a.UnscheduledOrigin, b.UnscheduledOrigin)
+	}
 	b.router.down.Store(true)
 	before, peerBefore := o.bytes.Load(), b.Stats().PeerBytes
 	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks[n/4:]); err != nil {
 		t.Fatalf("B with the router down: %v", err)
+	}
+	if st := b.Stats(); st.UnscheduledOrigin == 0 {
+		t.Errorf("B went to the origin without a router and counted no unscheduled request: %+v", st)
 	}
 	if got, want := o.bytes.Load()-before, storedBytes(img.chunks[3*n/4:]); got != want {
 		t.Errorf("origin sent %d bytes, want %d (only what A does not hold)", got, want)

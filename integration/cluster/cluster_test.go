@@ -32,6 +32,13 @@ type cluster struct {
 // (the nodes mount), docker-registry and umoci.
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
+	return newClusterWith(t, "")
+}
+
+// newClusterWith is newCluster with state, more lines of the scheduler's
+// state section (YAML, indented by two spaces).
+func newClusterWith(t *testing.T, state string) *cluster {
+	t.Helper()
 	rafstest.RequireRoot(t)
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		rafstest.SkipOrFail(t, "needs /dev/fuse")
@@ -43,7 +50,7 @@ func newCluster(t *testing.T) *cluster {
 	if err := host.CreateClusterKeyFile(c.key); err != nil {
 		t.Fatal(err)
 	}
-	c.sched = c.startScheduler()
+	c.sched = c.startScheduler(state)
 	return c
 }
 
@@ -58,7 +65,7 @@ type scheduler struct {
 	n      int
 }
 
-func (c *cluster) startScheduler() *scheduler {
+func (c *cluster) startScheduler(state string) *scheduler {
 	c.t.Helper()
 	dir := filepath.Join(c.dir, "scheduler")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -76,8 +83,8 @@ state:
   ban_quorum: 1
   origin_timeout: 5s
   wait_retry: 200ms
-expire_interval: 200ms
-`, filepath.Join(dir, "identity.key"), freePort(c.t), c.key)
+%sexpire_interval: 200ms
+`, filepath.Join(dir, "identity.key"), freePort(c.t), c.key, state)
 	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
 		c.t.Fatal(err)
 	}

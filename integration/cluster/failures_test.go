@@ -33,6 +33,9 @@ func TestPeerKilledAndSchedulerRestarted(t *testing.T) {
 	for b.peerBytes("peer") == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
+	if !listed(t, c.sched, a.id) {
+		t.Fatalf("the scheduler does not list peer A, which B is reading from")
+	}
 	a.p.kill()
 	killedAt := b.peerBytes("peer")
 	r := <-done
@@ -44,6 +47,16 @@ func TestPeerKilledAndSchedulerRestarted(t *testing.T) {
 	if len(r.failed) > 0 {
 		t.Fatalf("node B: %d reads failed after peer A was killed: %v", len(r.failed), r.failed)
 	}
+	// A's heartbeats stopped with it: the scheduler drops A, and with it
+	// everything A held, after the peer TTL (3 s here).
+	gone := time.Now()
+	for listed(t, c.sched, a.id) {
+		if time.Since(gone) > 15*time.Second {
+			t.Fatalf("the scheduler still lists killed peer A 15s after B's reads ended")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("measured: the scheduler dropped killed peer A %s after B's reads ended", time.Since(gone).Round(time.Millisecond))
 
 	c.sched.restart()
 	restarted := time.Now()
@@ -76,4 +89,19 @@ func TestPeerKilledAndSchedulerRestarted(t *testing.T) {
 	if n3.peerBytes("peer") == 0 {
 		t.Errorf("node C got nothing from peers after the scheduler restart")
 	}
+}
+
+// listed reports whether the scheduler's admin API lists peer id.
+func listed(t *testing.T, s *scheduler, id string) bool {
+	t.Helper()
+	var peers []struct {
+		ID string `json:"id"`
+	}
+	getJSON(t, s.admin+"/api/v1/peers", &peers)
+	for _, p := range peers {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
 }

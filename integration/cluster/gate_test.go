@@ -35,6 +35,69 @@ type gate struct {
 	eventsMu sync.Mutex
 	tracing  bool
 	events   []gateEvent
+
+	// fetches, while recording, lists every blob GET the gate passed to
+	// the registry, with its byte range and when it began and ended.
+	fetchesMu sync.Mutex
+	recording bool
+	fetches   []blobFetch
+}
+
+// blobFetch is one blob GET a gate passed to the registry.
+type blobFetch struct {
+	blob        string // "sha256:<hex>"
+	off, end    int64  // the bytes asked for, [off, end); end -1: to the end of the blob
+	start, done time.Time
+}
+
+// record starts recording blob GETs afresh.
+func (g *gate) record() {
+	g.fetchesMu.Lock()
+	g.recording, g.fetches = true, nil
+	g.fetchesMu.Unlock()
+}
+
+// recorded stops recording and returns the blob GETs recorded.
+func (g *gate) recorded() []blobFetch {
+	g.fetchesMu.Lock()
+	defer g.fetchesMu.Unlock()
+	g.recording = false
+	return g.fetches
+}
+
+// noteFetch records a blob GET of r that ran from start until now.
+func (g *gate) noteFetch(r *http.Request, start time.Time) {
+	g.fetchesMu.Lock()
+	defer g.fetchesMu.Unlock()
+	if !g.recording {
+		return
+	}
+	_, blob, _ := strings.Cut(r.URL.Path, "/blobs/")
+	off, end := parseRange(r.Header.Get("Range"))
+	g.fetches = append(g.fetches, blobFetch{blob: blob, off: off, end: end, start: start, done: time.Now()})
+}
+
+// parseRange reads a "bytes=A-B" or "bytes=A-" header as [A, B+1) or
+// [A, -1); anything else (none, several ranges, a suffix) as the whole
+// blob, [0, -1), which is at least what the registry may send.
+func parseRange(h string) (off, end int64) {
+	spec, ok := strings.CutPrefix(h, "bytes=")
+	if !ok || strings.Contains(spec, ",") {
+		return 0, -1
+	}
+	a, b, _ := strings.Cut(spec, "-")
+	first, err := strconv.ParseInt(a, 10, 64)
+	if err != nil || first < 0 {
+		return 0, -1
+	}
+	if b == "" {
+		return first, -1
+	}
+	last, err := strconv.ParseInt(b, 10, 64)
+	if err != nil || last < first {
+		return 0, -1
+	}
+	return first, last + 1
 }
 
 type gateEvent struct {
@@ -121,6 +184,8 @@ func startGate(t testing.TB, registryHost string) *gate {
 			}
 			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/sha256:") {
 				g.note("passed " + requestLine(r))
+				start := time.Now()
+				defer g.noteFetch(r, start)
 				n := g.blobGets.Add(1)
 				if !g.blobFault(f, n, w, r, rp) {
 					rp.ServeHTTP(&countingWriter{ResponseWriter: w, n: &g.blobBytes}, r)

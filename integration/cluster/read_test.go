@@ -96,9 +96,15 @@ func (n *node) peerBytes(source string) int64 {
 // metric reads one sample of the peer's /metrics; 0 if absent.
 func (n *node) metric(series string) int64 {
 	n.c.t.Helper()
-	resp, err := http.Get(n.proxy + "/metrics")
+	return scrape(n.c.t, n.proxy+"/metrics", series)
+}
+
+// scrape reads one sample of the Prometheus metrics at url; 0 if absent.
+func scrape(t testing.TB, url, series string) int64 {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
-		n.c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
@@ -107,7 +113,7 @@ func (n *node) metric(series string) int64 {
 		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
-				n.c.t.Fatalf("metric %s: %v", series, err)
+				t.Fatalf("metric %s: %v", series, err)
 			}
 			return int64(f)
 		}
