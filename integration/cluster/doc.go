@@ -9,6 +9,7 @@
 // The harness is in the _test files: procs_test.go runs and stops
 // processes, registry_test.go a restartable registry, gate_test.go each
 // node's road to the registry (it counts the bytes and injects faults:
-// delays, closed connections, 5xx, wrong bytes, short bodies),
+// delays, closed connections, 5xx, wrong bytes, short bodies, and
+// records each blob GET's range and time),
 // cluster_test.go a cluster of nodes; each scenario has its own file.
 package cluster
