@@ -56,10 +56,17 @@ func randBytes(seed uint64, n int) []byte {
 // buildImage builds a one-layer image of a few files in 64 KiB chunks.
 func buildImage(t testing.TB) image {
 	t.Helper()
+	return buildImageSeed(t, 0)
+}
+
+// buildImageSeed is buildImage with other content for each seed: another
+// blob.
+func buildImageSeed(t testing.TB, seed uint64) image {
+	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for i, size := range []int{5*rafs.MinChunkSize + 100, 3 * rafs.MinChunkSize, 2*rafs.MinChunkSize + 7} {
-		data := randBytes(uint64(i+1), size)
+		data := randBytes(seed<<8+uint64(i+1), size)
 		h := &tar.Header{Name: fmt.Sprintf("f%d", i), Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data)),
 			ModTime: time.Unix(1700000000, 0)}
 		if err := tw.WriteHeader(h); err != nil {

@@ -153,6 +153,43 @@ func TestRouterDownRecentParentsThenOrigin(t *testing.T) {
 	}
 }
 
+// With the Router down, a blob this node never routed has no recent
+// parents of its own; the peer that served it another blob is asked
+// first, and the origin only for what that peer lacks.
+func TestRouterDownParentsOfOtherBlobs(t *testing.T) {
+	t.Parallel()
+	one, two := buildImage(t), buildImageSeed(t, 1)
+	if one.blob == two.blob {
+		t.Fatal("the two images share their blob")
+	}
+	o1, o2 := newOrigin(t, one.dir), newOrigin(t, two.dir)
+	st, key := newScheduler(t), clusterKey(t)
+	a := newNode(t, key, st, nodeOpts{})
+	b := newNode(t, key, st, nodeOpts{})
+	ctx := testCtx(t)
+	if err := readAll(ctx, a.Node, o1.ref(), one.blob, one.chunks); err != nil {
+		t.Fatalf("A, blob one: %v", err)
+	}
+	if err := readAll(ctx, a.Node, o2.ref(), two.blob, two.chunks); err != nil {
+		t.Fatalf("A, blob two: %v", err)
+	}
+	// B learns A from the scheduler for blob one only.
+	if err := readAll(ctx, b.Node, o1.ref(), one.blob, one.chunks[:2]); err != nil {
+		t.Fatalf("B, blob one: %v", err)
+	}
+	b.router.down.Store(true)
+	before, peerBefore := o2.bytes.Load(), b.Stats().PeerBytes
+	if err := readAll(ctx, b.Node, o2.ref(), two.blob, two.chunks); err != nil {
+		t.Fatalf("B, blob two, router down: %v", err)
+	}
+	if got := o2.bytes.Load() - before; got != 0 {
+		t.Errorf("origin sent B %d bytes of blob two, want 0: A holds it all", got)
+	}
+	if got, want := b.Stats().PeerBytes-peerBefore, storedBytes(two.chunks); got != want {
+		t.Errorf("peers sent B %d bytes of blob two, want %d", got, want)
+	}
+}
+
 func TestNoRouter(t *testing.T) {
 	t.Parallel()
 	img := buildImage(t)

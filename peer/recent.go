@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -97,43 +98,70 @@ func (r *recent) evictOldest() {
 }
 
 // parents returns up to n parents of blob learnt within recentTTL of now
-// and not excluded by skip, those that hold more of chunks first.
+// and not excluded by skip, those that hold more of chunks first. When
+// the blob has fewer, parents learnt for other blobs fill the list, most
+// recently learnt first: with no scheduler to ask, a peer that served
+// this node one layer of an image is the likeliest holder of its other
+// layers, and one that holds none of the chunks says so in a round trip.
 func (r *recent) parents(blob rafs.Digest, chunks []uint32, n int, now time.Time, skip func(lpeer.ID) bool) []lpeer.AddrInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	b := r.blobs[blob]
-	if b == nil {
-		return nil
-	}
 	type cand struct {
 		info  lpeer.AddrInfo
 		cover int
+		at    time.Time
 	}
 	var cands []cand
-	for _, p := range b.parents {
-		if now.Sub(p.at) > recentTTL || skip(p.info.ID) {
-			continue
+	if b := r.blobs[blob]; b != nil {
+		for _, p := range b.parents {
+			if now.Sub(p.at) > recentTTL || skip(p.info.ID) {
+				continue
+			}
+			cover := 0
+			for _, c := range chunks {
+				if _, ok := p.chunks[c]; ok {
+					cover++
+				}
+			}
+			cands = append(cands, cand{p.info, cover, p.at})
 		}
-		cover := 0
-		for _, c := range chunks {
-			if _, ok := p.chunks[c]; ok {
-				cover++
+		// Stable insertion sort by coverage: the list is at most
+		// recentPerBlob.
+		for i := 1; i < len(cands); i++ {
+			for j := i; j > 0 && cands[j].cover > cands[j-1].cover; j-- {
+				cands[j], cands[j-1] = cands[j-1], cands[j]
 			}
 		}
-		cands = append(cands, cand{p.info, cover})
 	}
-	// Stable insertion sort by coverage: the list is at most recentPerBlob.
-	for i := 1; i < len(cands); i++ {
-		for j := i; j > 0 && cands[j].cover > cands[j-1].cover; j-- {
-			cands[j], cands[j-1] = cands[j-1], cands[j]
+	out := make([]lpeer.AddrInfo, 0, n)
+	seen := make(map[lpeer.ID]bool, n)
+	for _, c := range cands {
+		if len(out) == n {
+			return out
+		}
+		out = append(out, c.info)
+		seen[c.info.ID] = true
+	}
+	var others []cand
+	for d, b := range r.blobs {
+		if d == blob {
+			continue
+		}
+		for _, p := range b.parents {
+			if !seen[p.info.ID] && now.Sub(p.at) <= recentTTL && !skip(p.info.ID) {
+				others = append(others, cand{info: p.info, at: p.at})
+			}
 		}
 	}
-	var out []lpeer.AddrInfo
-	for _, c := range cands {
+	slices.SortStableFunc(others, func(a, b cand) int { return b.at.Compare(a.at) })
+	for _, c := range others {
 		if len(out) == n {
 			break
 		}
-		out = append(out, c.info)
+		if !seen[c.info.ID] {
+			out = append(out, c.info)
+			seen[c.info.ID] = true
+		}
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package peer
 import (
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,5 +43,45 @@ func TestRecent(t *testing.T) {
 	}
 	if n := len(r.blobs); n != recentBlobs {
 		t.Errorf("remembered %d blobs, want %d", n, recentBlobs)
+	}
+}
+
+// A blob without parents of its own, or with too few, is offered the
+// parents learnt for other blobs, most recent first, after its own and
+// without repeats, skipped or expired ones.
+func TestRecentOtherBlobs(t *testing.T) {
+	r := newRecent()
+	now := time.Unix(1700000000, 0)
+	layer := func(s string) rafs.Digest { return rafs.Digest(sha256.Sum256([]byte(s))) }
+	a, b, c, d := lpeer.ID("a"), lpeer.ID("b"), lpeer.ID("c"), lpeer.ID("d")
+	none := func(lpeer.ID) bool { return false }
+	r.learn(layer("one"), lpeer.AddrInfo{ID: a}, []uint32{1}, now)
+	r.learn(layer("one"), lpeer.AddrInfo{ID: b}, []uint32{1}, now.Add(time.Second))
+	r.learn(layer("two"), lpeer.AddrInfo{ID: a}, []uint32{1}, now.Add(2*time.Second))
+	r.learn(layer("two"), lpeer.AddrInfo{ID: c}, []uint32{1}, now.Add(-recentTTL)) // expired by now+3s
+	r.learn(layer("three"), lpeer.AddrInfo{ID: d}, []uint32{7}, now)
+	at := now.Add(3 * time.Second)
+
+	ids := func(infos []lpeer.AddrInfo) []lpeer.ID {
+		var out []lpeer.ID
+		for _, i := range infos {
+			out = append(out, i.ID)
+		}
+		return out
+	}
+	if got := ids(r.parents(layer("unknown"), []uint32{1}, 3, at, none)); !slices.Equal(got, []lpeer.ID{a, b, d}) {
+		t.Errorf("unknown blob: got %v, want a, b, d (most recently learnt first)", got)
+	}
+	if got := ids(r.parents(layer("three"), []uint32{7}, 3, at, none)); !slices.Equal(got, []lpeer.ID{d, a, b}) {
+		t.Errorf("blob three: got %v, want its own d first, then a, b", got)
+	}
+	if got := ids(r.parents(layer("three"), []uint32{7}, 1, at, none)); !slices.Equal(got, []lpeer.ID{d}) {
+		t.Errorf("blob three, one wanted: got %v, want d", got)
+	}
+	if got := ids(r.parents(layer("unknown"), nil, 5, at, func(id lpeer.ID) bool { return id == a })); !slices.Equal(got, []lpeer.ID{b, d}) {
+		t.Errorf("a skipped: got %v, want b, d", got)
+	}
+	if got := r.parents(layer("unknown"), nil, 5, now.Add(recentTTL+3*time.Second), none); len(got) != 0 {
+		t.Errorf("after the TTL: got %v, want none", got)
 	}
 }
