@@ -39,6 +39,7 @@ func TestEightNodesOriginFetchesBounded(t *testing.T) {
 	for _, n := range ns {
 		n.gate.record()
 	}
+	requests0 := scrapeSum(t, c.sched.admin+"/metrics", "damselfly_scheduler_requests_total")
 	start := time.Now()
 	res := make([]readResult, nodes)
 	var wg sync.WaitGroup
@@ -63,6 +64,8 @@ func TestEightNodesOriginFetchesBounded(t *testing.T) {
 		direct += int64(ms[i].status().Backend["registry"])
 	}
 	ranOut := scrape(t, c.sched.admin+"/metrics", "damselfly_scheduler_origin_turns_ran_out_total")
+	requests := scrapeSum(t, c.sched.admin+"/metrics", "damselfly_scheduler_requests_total") - requests0
+	t.Logf("measured: the scheduler answered %.0f requests while the nodes read, %.0f per node per second", requests, requests/nodes/elapsed.Seconds())
 
 	var blobBytes int64
 	for _, size := range blobs {

@@ -120,3 +120,30 @@ func scrape(t testing.TB, url, series string) int64 {
 	}
 	return 0
 }
+
+// scrapeSum adds up every sample of metric name (all its label sets) at
+// url.
+func scrapeSum(t testing.TB, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var sum float64
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(rest[strings.LastIndexByte(rest, ' ')+1:]), 64)
+		if err != nil {
+			t.Fatalf("metric %s: %q: %v", name, line, err)
+		}
+		sum += f
+	}
+	return sum
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -11,9 +12,44 @@ import (
 	"damselfly/scheduler/wire"
 )
 
+// Pauses between the attempts of a request the scheduler answered "rate
+// limited": doubling from rateLimitedFirst up to rateLimitedMax, each
+// jittered into [d/2, d).
+const (
+	rateLimitedFirst = 20 * time.Millisecond
+	rateLimitedMax   = 500 * time.Millisecond
+)
+
 // call sends req to r on a new stream and returns the response. An error
 // response is returned as a *wire.Error. The stream never outlives ctx.
+// A "rate limited" answer, which the scheduler gives without reading the
+// request, is waited out: the request is sent again after a pause until
+// ctx ends, rather than reported as a failure that would have the caller
+// ask another scheduler (which does not own the blob) or the origin.
 func (c *Client) call(ctx context.Context, r *remote, req wire.Message) (wire.Message, error) {
+	pause := rateLimitedFirst
+	for {
+		resp, err := c.callOnce(ctx, r, req)
+		if codeOf(err) != wire.CodeRateLimited {
+			return resp, err
+		}
+		d := pause/2 + rand.N(pause/2)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+			return nil, err
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		pause = min(2*pause, rateLimitedMax)
+	}
+}
+
+// callOnce is one attempt of call.
+func (c *Client) callOnce(ctx context.Context, r *remote, req wire.Message) (wire.Message, error) {
 	// Force a dial past libp2p's dial backoff: a scheduler that was down
 	// is retried at the heartbeat rate, not the backoff's minutes.
 	ctx = network.WithForceDirectDial(ctx, "scheduler")

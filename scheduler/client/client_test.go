@@ -3,7 +3,10 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	dpeer "damselfly/peer"
 	"damselfly/rafs"
 	"damselfly/scheduler"
+	"damselfly/scheduler/server"
 	"damselfly/scheduler/wire"
 )
 
@@ -252,4 +256,86 @@ func TestCoalesce(t *testing.T) {
 	}
 	a.Announce(blob1, big)
 	eventually(t, "a change larger than one Announce", func() bool { _, n := s.held(id); return n == int64(len(big)) })
+}
+
+// A scheduler that answers "rate limited" is busy, not down: the client
+// asks it again after a pause instead of failing, and when its route
+// budget runs out it does not ask a scheduler that does not own the blob
+// (which would answer without the owner's holdings and origin turns),
+// nor take the busy one as dead.
+func TestRateLimitedScheduler(t *testing.T) {
+	t.Parallel()
+	t.Run("waited out", func(t *testing.T) {
+		t.Parallel()
+		s := startSchedulerWith(t, func(c *server.Config) { c.RequestsPerPeer, c.RequestBurstPerPeer = 10, 1 })
+		c := startClient(t, newPeer(t), testClientConfig(s))
+		eventually(t, "registration", func() bool { b, _ := s.held(c.h.ID().String()); return b >= 0 })
+		for i := range 5 {
+			if _, err := c.Route(t.Context(), blob1, []uint32{uint32(i)}); err != nil {
+				t.Fatalf("route %d: %v", i, err)
+			}
+		}
+		// Five routes through a bucket of one refilling every 100 ms:
+		// some were refused and sent again.
+		if got := refusedRequests(t, s); got == 0 {
+			t.Error("the scheduler refused no request: the test tested nothing")
+		}
+	})
+	t.Run("owner busy", func(t *testing.T) {
+		t.Parallel()
+		busy := startSchedulerWith(t, func(c *server.Config) { c.RequestsPerPeer, c.RequestBurstPerPeer = 0.01, 3 })
+		other := startScheduler(t)
+		c := startClient(t, newPeer(t), testClientConfig(busy, other))
+		id := c.h.ID().String()
+		eventually(t, "registration with both", func() bool {
+			b1, _ := busy.held(id)
+			b2, _ := other.held(id)
+			return b1 >= 0 && b2 >= 0
+		})
+		blob := blobOwnedBy(t, busy.name(), []string{busy.name(), other.name()})
+		var err error
+		for range 5 { // the bucket holds 3, one went to the registration
+			if _, err = c.Route(t.Context(), blob, []uint32{0}); err != nil {
+				break
+			}
+		}
+		if err == nil || !errors.Is(err, dpeer.ErrNoRoute) || !strings.Contains(err.Error(), "rate limited") {
+			t.Fatalf("routes past the busy owner's bucket: got %v, want no route, rate limited", err)
+		}
+		if n := other.srv.State().Stats().OriginFetches; n != 0 {
+			t.Errorf("the scheduler that does not own the blob granted %d origin turns", n)
+		}
+		time.Sleep(5 * testClientConfig().HeartbeatInterval)
+		c.mu.Lock()
+		live := c.liveLocked()
+		c.mu.Unlock()
+		if !slices.Contains(live, busy.name()) {
+			t.Errorf("live schedulers %v: the busy one was taken as dead", live)
+		}
+	})
+}
+
+// refusedRequests is how many requests s answered "rate limited".
+func refusedRequests(t *testing.T, s *testScheduler) float64 {
+	t.Helper()
+	resp, err := http.Get(s.srv.AdminURL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if strings.HasPrefix(line, "damselfly_scheduler_requests_total{") && strings.Contains(line, `result="rate limited"`) {
+			f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			n += f
+		}
+	}
+	return n
 }

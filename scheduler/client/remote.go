@@ -46,6 +46,10 @@ func (c *Client) step(ctx context.Context, r *remote) {
 			r.failures = 0
 			c.mu.Unlock()
 			return
+		case codeOf(err) == wire.CodeRateLimited:
+			// Busy, not down (call waited it out as long as it could):
+			// its blobs stay where they are.
+			return
 		case codeOf(err) == wire.CodeUnknownPeer:
 			// It restarted, or we were silent past its TTL.
 			c.log.Info("scheduler forgot this peer; registering again", "scheduler", r.name)
@@ -66,7 +70,9 @@ func (c *Client) step(ctx context.Context, r *remote) {
 		reg.Addrs = append(reg.Addrs, a.String())
 	}
 	if _, err := c.callTimeout(ctx, r, reg); err != nil {
-		c.failed(ctx, r, err)
+		if codeOf(err) != wire.CodeRateLimited {
+			c.failed(ctx, r, err)
+		}
 		return
 	}
 	c.registered(r)

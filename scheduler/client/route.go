@@ -64,7 +64,9 @@ func (c *Client) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (
 			c.needRegister(r, sessions[i])
 		}
 		errs = append(errs, err)
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || codeOf(err) == wire.CodeRateLimited {
+			// A scheduler that is busy, not down, still owns the blob:
+			// another would answer without its holdings and turns.
 			break
 		}
 	}

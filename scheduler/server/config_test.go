@@ -16,12 +16,14 @@ func TestConfigValidate(t *testing.T) {
 	bad.State.MaxChunksPerBlob = 1 << 30
 	bad.ExpireInterval = 0
 	bad.MaxStreamsPerPeer = -1
+	bad.RequestsPerPeer = -1
+	bad.RequestBurstPerPeer = -2
 	bad.Host.ListenAddrs = nil
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("got nil error for a bad config")
 	}
-	for _, want := range []string{"admin.listen", "MaxParents", "state.max_chunks_per_blob", "expire_interval", "max_streams_per_peer", "host:"} {
+	for _, want := range []string{"admin.listen", "MaxParents", "state.max_chunks_per_blob", "expire_interval", "max_streams_per_peer", "requests_per_peer", "request_burst_per_peer", "host:"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

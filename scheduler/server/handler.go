@@ -8,6 +8,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+	"golang.org/x/time/rate"
 
 	"damselfly/rafs"
 	"damselfly/scheduler"
@@ -18,15 +19,15 @@ import (
 func (s *Server) handle(st network.Stream) {
 	from := st.Conn().RemotePeer()
 	_ = st.SetDeadline(time.Now().Add(s.cfg.StreamTimeout))
-	admitted, closed := s.acquire(from)
+	refused, closed := s.acquire(from)
 	if closed {
 		_ = st.Reset()
 		return
 	}
 	defer s.streams.Done()
-	if !admitted {
+	if refused != "" {
 		s.metrics.requests.WithLabelValues("any", wire.CodeRateLimited.String()).Inc()
-		s.reply(st, &wire.Error{Code: wire.CodeRateLimited, Message: "too many streams"})
+		s.reply(st, &wire.Error{Code: wire.CodeRateLimited, Message: refused})
 		return
 	}
 	defer s.release(from)
@@ -40,6 +41,13 @@ func (s *Server) handle(st network.Stream) {
 			return
 		}
 		_ = st.Reset()
+		return
+	}
+	if _, beat := req.(*wire.Heartbeat); !beat && !s.allow(from, time.Now()) {
+		// Heartbeats pass: a peer slowed down here must not also be
+		// dropped, with its holdings, for missing them.
+		s.metrics.requests.WithLabelValues(req.Type().String(), wire.CodeRateLimited.String()).Inc()
+		s.reply(st, &wire.Error{Code: wire.CodeRateLimited, Message: "too many requests"})
 		return
 	}
 	var resp wire.Message
@@ -94,21 +102,51 @@ func (s *Server) undeliverable(from peer.ID, req, resp wire.Message) {
 }
 
 // acquire admits a stream from p unless p has MaxStreamsPerPeer open or
-// the server has MaxStreams. A stream that gets past the closed check is
-// counted in s.streams, which the caller releases with Done.
-func (s *Server) acquire(p peer.ID) (admitted, closed bool) {
+// the server has MaxStreams; refused says why not. A stream that gets
+// past the closed check is counted in s.streams, which the caller
+// releases with Done.
+func (s *Server) acquire(p peer.ID) (refused string, closed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return false, true
+		return "", true
 	}
 	s.streams.Add(1)
 	if s.perPeer[p] >= s.cfg.MaxStreamsPerPeer || s.active >= s.cfg.MaxStreams {
-		return false, false
+		return "too many streams", false
 	}
 	s.perPeer[p]++
 	s.active++
-	return true, false
+	return "", false
+}
+
+// allow takes a token from p's bucket (RequestsPerPeer), and reports
+// whether there was one.
+func (s *Server) allow(p peer.ID, now time.Time) bool {
+	if s.cfg.RequestsPerPeer <= 0 {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lim := s.limiters[p]
+	if lim == nil {
+		lim = rate.NewLimiter(rate.Limit(s.cfg.RequestsPerPeer), s.cfg.burst())
+		s.limiters[p] = lim
+	}
+	return lim.AllowN(now, 1)
+}
+
+// sweepLimiters forgets the token buckets that have refilled: a new one
+// is the same, so the map holds only peers that were busy lately.
+func (s *Server) sweepLimiters(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	burst := float64(s.cfg.burst())
+	for p, lim := range s.limiters {
+		if lim.TokensAt(now) >= burst {
+			delete(s.limiters, p)
+		}
+	}
 }
 
 // reacquire takes back the slot a held route gave up, over the bounds:

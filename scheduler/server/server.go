@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
 
 	"damselfly/peer/host"
 	"damselfly/scheduler"
@@ -33,11 +34,12 @@ type Server struct {
 	watches *watches      // held routes (watch.go)
 	quit    chan struct{} // closed when Run stops: held routes answer
 
-	mu      sync.Mutex
-	closed  bool
-	perPeer map[peer.ID]int
-	active  int
-	streams sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool
+	perPeer  map[peer.ID]int
+	active   int
+	limiters map[peer.ID]*rate.Limiter // per peer, with RequestsPerPeer
+	streams  sync.WaitGroup
 }
 
 // New validates cfg, starts the libp2p host and the admin listener, and
@@ -55,7 +57,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, state: state, perPeer: make(map[peer.ID]int), watches: newWatches(), quit: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, state: state, perPeer: make(map[peer.ID]int), limiters: make(map[peer.ID]*rate.Limiter), watches: newWatches(), quit: make(chan struct{})}
 	s.metrics = newMetrics(state, s.HeldRoutes)
 	hc := cfg.Host.HostConfig()
 	hc.Registerer = s.metrics.reg
@@ -151,6 +153,7 @@ func (s *Server) expireLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			s.sweepLimiters(now)
 			if gone := s.state.Expire(now); len(gone) > 0 {
 				s.metrics.expired.Add(float64(len(gone)))
 				s.log.Info("peers expired", "peers", gone)

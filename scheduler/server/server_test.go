@@ -181,6 +181,51 @@ func TestStreamLimit(t *testing.T) {
 	wantCode(t, request(t, a, s, &wire.Heartbeat{}), wire.CodeRateLimited)
 }
 
+// TestRequestRateLimit checks that a peer over RequestsPerPeer is refused
+// "too many requests" once its burst is spent, except for heartbeats,
+// that other peers are not, and that a refilled bucket is forgotten.
+func TestRequestRateLimit(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.RequestsPerPeer = 0.5 // a token every 2 s: none refill while the burst goes
+	cfg.RequestBurstPerPeer = 3
+	s := startServer(t, cfg)
+	a, b := newPeer(t), newPeer(t)
+	wantOK(t, request(t, a, s, &wire.Register{}))
+	wantOK(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{0}}))
+	wantOK(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{1}}))
+	refused := false
+	for range 10 {
+		resp := request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{2}})
+		if e, ok := resp.(*wire.Error); ok {
+			if e.Code != wire.CodeRateLimited || e.Message != "too many requests" {
+				t.Fatalf("got %#v, want rate limited: too many requests", resp)
+			}
+			refused = true
+			break
+		}
+	}
+	if !refused {
+		t.Fatal("11 requests in a row passed a bucket of 3 refilling every 2 s")
+	}
+	// Heartbeats pass an empty bucket; other peers have their own.
+	wantOK(t, request(t, a, s, &wire.Heartbeat{}))
+	wantOK(t, request(t, b, s, &wire.Register{}))
+	has := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.limiters[a.ID()] != nil
+	}
+	s.sweepLimiters(time.Now())
+	if !has() {
+		t.Fatal("the bucket of a peer that just spent it was forgotten")
+	}
+	s.sweepLimiters(time.Now().Add(time.Minute))
+	if has() {
+		t.Fatal("a refilled bucket was kept")
+	}
+}
+
 // TestAdminAPI exercises every admin endpoint.
 func TestAdminAPI(t *testing.T) {
 	t.Parallel()
