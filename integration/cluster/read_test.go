@@ -102,28 +102,31 @@ func (n *node) metric(series string) int64 {
 // scrape reads one sample of the Prometheus metrics at url; 0 if absent.
 func scrape(t testing.TB, url, series string) int64 {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("metric %s: %v", series, err)
-			}
-			return int64(f)
+	var v float64
+	samples(t, url, func(s string, f float64) {
+		if s == series {
+			v = f
 		}
-	}
-	return 0
+	})
+	return int64(v)
 }
 
 // scrapeSum adds up every sample of metric name (all its label sets) at
 // url.
 func scrapeSum(t testing.TB, url, name string) float64 {
+	t.Helper()
+	var sum float64
+	samples(t, url, func(s string, f float64) {
+		if rest, ok := strings.CutPrefix(s, name); ok && (rest == "" || rest[0] == '{') {
+			sum += f
+		}
+	})
+	return sum
+}
+
+// samples calls f with each sample of the Prometheus metrics at url: its
+// series (name and labels) and value.
+func samples(t testing.TB, url string, f func(series string, v float64)) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -132,18 +135,16 @@ func scrapeSum(t testing.TB, url, name string) float64 {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	var sum float64
 	for sc.Scan() {
 		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
+		sp := strings.LastIndexByte(line, ' ')
+		if line == "" || line[0] == '#' || sp < 0 {
 			continue
 		}
-		f, err := strconv.ParseFloat(strings.TrimSpace(rest[strings.LastIndexByte(rest, ' ')+1:]), 64)
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
 		if err != nil {
-			t.Fatalf("metric %s: %q: %v", name, line, err)
+			t.Fatalf("metrics at %s: %q: %v", url, line, err)
 		}
-		sum += f
+		f(line[:sp], v)
 	}
-	return sum
 }
