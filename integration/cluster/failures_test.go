@@ -50,12 +50,7 @@ func TestPeerKilledAndSchedulerRestarted(t *testing.T) {
 	// A's heartbeats stopped with it: the scheduler drops A, and with it
 	// everything A held, after the peer TTL (3 s here).
 	gone := time.Now()
-	for listed(t, c.sched, a.id) {
-		if time.Since(gone) > 15*time.Second {
-			t.Fatalf("the scheduler still lists killed peer A 15s after B's reads ended")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitUntil(t, "the scheduler to drop killed peer A", 15*time.Second, func() bool { return !listed(t, c.sched, a.id) })
 	t.Logf("measured: the scheduler dropped killed peer A %s after B's reads ended", time.Since(gone).Round(time.Millisecond))
 
 	c.sched.restart()
@@ -104,4 +99,21 @@ func listed(t *testing.T, s *scheduler, id string) bool {
 		}
 	}
 	return false
+}
+
+// waitUntil polls cond every 50 ms until it holds, failing the test if
+// it does not within limit.
+func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		case <-tick.C:
+		}
+	}
 }

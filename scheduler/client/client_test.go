@@ -305,7 +305,17 @@ func TestRateLimitedScheduler(t *testing.T) {
 		if n := other.srv.State().Stats().OriginFetches; n != 0 {
 			t.Errorf("the scheduler that does not own the blob granted %d origin turns", n)
 		}
-		time.Sleep(5 * testClientConfig().HeartbeatInterval)
+		// Heartbeats go on past the refusals, and the busy scheduler
+		// stays live.
+		refused := time.Now()
+		eventually(t, "heartbeats to the busy scheduler after its refusals", func() bool {
+			for _, v := range busy.srv.State().Peers(time.Now()) {
+				if v.ID == id && v.LastSeen.After(refused.Add(2*testClientConfig().HeartbeatInterval)) {
+					return true
+				}
+			}
+			return false
+		})
 		c.mu.Lock()
 		live := c.liveLocked()
 		c.mu.Unlock()
