@@ -22,15 +22,18 @@ const (
 
 // call sends req to r on a new stream and returns the response. An error
 // response is returned as a *wire.Error. The stream never outlives ctx.
-// A "rate limited" answer, which the scheduler gives without reading the
-// request, is waited out: the request is sent again after a pause until
-// ctx ends, rather than reported as a failure that would have the caller
-// ask another scheduler (which does not own the blob) or the origin.
+// A "rate limited" answer to a request the scheduler did not act on (too
+// many streams or requests) is waited out: the request is sent again
+// after a pause until ctx ends, rather than reported as a failure that
+// would have the caller ask another scheduler (which does not own the
+// blob) or the origin. A report is not sent again: its "rate limited"
+// may refuse an accusation after the rest of the report was taken.
 func (c *Client) call(ctx context.Context, r *remote, req wire.Message) (wire.Message, error) {
+	_, report := req.(*wire.Report)
 	pause := rateLimitedFirst
 	for {
 		resp, err := c.callOnce(ctx, r, req)
-		if codeOf(err) != wire.CodeRateLimited {
+		if report || codeOf(err) != wire.CodeRateLimited {
 			return resp, err
 		}
 		d := pause/2 + rand.N(pause/2)

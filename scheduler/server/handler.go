@@ -19,15 +19,15 @@ import (
 func (s *Server) handle(st network.Stream) {
 	from := st.Conn().RemotePeer()
 	_ = st.SetDeadline(time.Now().Add(s.cfg.StreamTimeout))
-	refused, closed := s.acquire(from)
+	admitted, closed := s.acquire(from)
 	if closed {
 		_ = st.Reset()
 		return
 	}
 	defer s.streams.Done()
-	if refused != "" {
+	if !admitted {
 		s.metrics.requests.WithLabelValues("any", wire.CodeRateLimited.String()).Inc()
-		s.reply(st, &wire.Error{Code: wire.CodeRateLimited, Message: refused})
+		s.reply(st, &wire.Error{Code: wire.CodeRateLimited, Message: "too many streams"})
 		return
 	}
 	defer s.release(from)
@@ -102,22 +102,21 @@ func (s *Server) undeliverable(from peer.ID, req, resp wire.Message) {
 }
 
 // acquire admits a stream from p unless p has MaxStreamsPerPeer open or
-// the server has MaxStreams; refused says why not. A stream that gets
-// past the closed check is counted in s.streams, which the caller
-// releases with Done.
-func (s *Server) acquire(p peer.ID) (refused string, closed bool) {
+// the server has MaxStreams. A stream that gets past the closed check is
+// counted in s.streams, which the caller releases with Done.
+func (s *Server) acquire(p peer.ID) (admitted, closed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return "", true
+		return false, true
 	}
 	s.streams.Add(1)
 	if s.perPeer[p] >= s.cfg.MaxStreamsPerPeer || s.active >= s.cfg.MaxStreams {
-		return "too many streams", false
+		return false, false
 	}
 	s.perPeer[p]++
 	s.active++
-	return "", false
+	return true, false
 }
 
 // allow takes a token from p's bucket (RequestsPerPeer), and reports
