@@ -286,8 +286,16 @@ func (n *Node) failNow(g *group, cs []rafs.Chunk, err error) {
 // did not know it held it announces, as a read served from the cache
 // does: other peers may fetch them here, and an origin turn this node
 // holds for one ends (nothing else would end it before OriginTimeout).
+// As with a fetched chunk, the announcement goes before the readers are
+// let go, so a reader that got the chunk can count on peers finding it.
 func (n *Node) fromCache(g *group) {
+	type hit struct {
+		f      *flight
+		c      rafs.Chunk
+		stored []byte
+	}
 	var announce []uint32
+	var hits []hit
 	for _, c := range g.chunks(nil) {
 		if !n.cache.Has(c.Digest) {
 			continue
@@ -295,7 +303,7 @@ func (n *Node) fromCache(g *group) {
 		if sc, stored, ok := n.readCache(c); ok {
 			if f := g.take(c.Ordinal); f != nil {
 				n.m.delivered(sourceCache, len(stored))
-				n.finish(f, sc, stored, nil, false)
+				hits = append(hits, hit{f, sc, stored})
 			}
 			if n.hold.add(g.blob, c.Ordinal, c.Digest) {
 				announce = append(announce, c.Ordinal)
@@ -304,6 +312,9 @@ func (n *Node) fromCache(g *group) {
 	}
 	if len(announce) > 0 {
 		n.router.Announce(g.blob, announce)
+	}
+	for _, h := range hits {
+		n.finish(h.f, h.c, h.stored, nil, false)
 	}
 }
 

@@ -89,7 +89,11 @@ func TestChunkCachedMidFetchIsAnnounced(t *testing.T) {
 	img := buildImage(t)
 	o := newOrigin(t, img.dir)
 	st := newSchedulerWith(t, func(c *scheduler.Config) { c.OriginTimeout = time.Minute })
-	a := newNode(t, clusterKey(t), st, nodeOpts{})
+	// Announcements are slowed, so a read let go before its chunk was
+	// announced would be seen below.
+	a := newNode(t, clusterKey(t), st, nodeOpts{
+		router: func(r *router) Router { return slowAnnounceRouter{r, 50 * time.Millisecond} },
+	})
 	c := img.chunks[3]
 	const other, third = "other-peer", "third-peer"
 	for _, id := range []string{other, third} {
@@ -138,6 +142,17 @@ func TestChunkCachedMidFetchIsAnnounced(t *testing.T) {
 	if len(ans.Wait) != 0 || len(ans.Origin) != 0 {
 		t.Errorf("third peer's route: %+v; want only a as its parent", ans)
 	}
+}
+
+// slowAnnounceRouter passes announcements on after a pause.
+type slowAnnounceRouter struct {
+	*router
+	pause time.Duration
+}
+
+func (r slowAnnounceRouter) Announce(blob rafs.Digest, chunks []uint32) {
+	time.Sleep(r.pause)
+	r.router.Announce(blob, chunks)
 }
 
 // abandonRouter records Abandons.
