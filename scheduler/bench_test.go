@@ -117,16 +117,28 @@ func BenchmarkScaleMemory(b *testing.B) {
 // percentiles over all queries. "report" variants have the requester
 // report on every assignment after the query, as peers do, so the load
 // accounting stays at its steady state; the time includes the reports.
+// "sample=all" variants look at every holder (Config.ParentSample 0),
+// the baseline for the default sample.
 func BenchmarkScaleParents(b *testing.B) {
 	s := buildScale(b)
-	for _, report := range []bool{false, true} {
-		for _, g := range []int{1, 2} {
-			for _, n := range []int{1, 16, 128, 1000} {
-				name := fmt.Sprintf("goroutines=%d/chunks=%d", g, n)
-				if report {
-					name += "/report"
+	def := s.cfg.ParentSample
+	defer func() { s.cfg.ParentSample = def }()
+	for _, sample := range []int{def, 0} {
+		for _, report := range []bool{false, true} {
+			for _, g := range []int{1, 2} {
+				for _, n := range []int{1, 16, 128, 1000} {
+					name := fmt.Sprintf("goroutines=%d/chunks=%d", g, n)
+					if report {
+						name += "/report"
+					}
+					if sample == 0 {
+						name += "/sample=all"
+					}
+					b.Run(name, func(b *testing.B) {
+						s.cfg.ParentSample = sample // no query runs in between
+						benchQueries(b, s, g, n, report)
+					})
 				}
-				b.Run(name, func(b *testing.B) { benchQueries(b, s, g, n, report) })
 			}
 		}
 	}

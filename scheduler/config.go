@@ -65,6 +65,12 @@ type Config struct {
 	// near-equal parents, in [0, 1): scores are multiplied by a uniform
 	// value in [1-Jitter/2, 1+Jitter/2).
 	Jitter float64
+	// ParentSample bounds the holders of a blob one query looks at, for
+	// blobs with many: those on the requester's host, and up to this
+	// many in each of its rack, its zone, and elsewhere, visited in a
+	// random order, plus any other holder of a chunk none of those holds
+	// (see candidates). 0 looks at every holder.
+	ParentSample int
 
 	// RefuteDuration is how long chunks a requester found missing at a
 	// parent (Outcome.Missing) stay refuted: the parent's announcements
@@ -127,6 +133,7 @@ func Default() Config {
 		FeedbackWeight:         0.2,
 		RefThroughput:          25 << 20,
 		Jitter:                 0.1,
+		ParentSample:           32,
 		RefuteDuration:         time.Minute,
 		TreeMaxChildren:        1,
 		TreeStarveAfter:        8 * time.Second,
@@ -170,6 +177,9 @@ func (c Config) Validate() error {
 	positiveInt("RefThroughput", c.RefThroughput)
 	if j := c.Jitter; math.IsNaN(j) || j < 0 || j >= 1 {
 		errs = append(errs, fmt.Errorf("Jitter: %v is outside [0, 1)", j))
+	}
+	if c.ParentSample < 0 {
+		errs = append(errs, fmt.Errorf("ParentSample: %d must be 0 (every holder) or positive", c.ParentSample))
 	}
 	positiveDur("RefuteDuration", c.RefuteDuration)
 	positiveInt("TreeMaxChildren", int64(c.TreeMaxChildren))

@@ -43,7 +43,12 @@
 //     throughput. Every assignment counts as load on its parent until it
 //     is reported on or times out (lease.go), so concurrent requesters
 //     spread; a seeded jitter shares the load among near-equal peers. Load
-//     and health lower a score, never exclude a holder for good.
+//     and health lower a score, never exclude a holder for good. A blob
+//     with many holders is sampled (Config.ParentSample): every holder on
+//     the requester's host, a bounded random share of each other locality
+//     tier, and any holder of a chunk the share does not cover, so a
+//     query's cost does not grow with the cluster and no held chunk goes
+//     to origin.
 //   - Relay trees (tree.go, leaseindex.go, waits.go): a parent with a
 //     few assignments outstanding is full; a requester whose chunks only
 //     full parents hold waits briefly for the peers already assigned

@@ -58,7 +58,8 @@ type Wait struct {
 // children, then, for the chunks only full parents hold and r need not
 // wait for, among all. Chunks held only by candidates beyond MaxParents
 // are to be asked about again; chunks no eligible peer holds go through
-// origin coordination (origin.go).
+// origin coordination (origin.go). The candidates of a blob with more
+// than Config.ParentSample holders are a sample (see candidates).
 //
 // chunks may be in any order and repeat; it must hold 1 to
 // Config.MaxChunksPerQuery ordinals below Config.MaxChunksPerBlob, else

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -20,6 +21,9 @@ type scratch struct {
 	spots    []uint32
 	future   []bool
 	fetchers []*peer
+	// covered is what the candidates hold, in request space, while a
+	// sampled visit runs (candidates).
+	covered []uint64
 	// anyFull is whether some candidate is full (tree.go), nonFull how
 	// many are not.
 	anyFull bool
@@ -39,6 +43,18 @@ type cand struct {
 // candidates fills sc.cands and sc.masks with the holders of b that may
 // serve r and hold some of q, and sc.fullHeld with what the full ones
 // hold. Read lock.
+//
+// A blob with more than Config.ParentSample holders is sampled, not
+// scanned whole: its holders are visited in a random order (a random
+// start and a random stride prime to their number) and those on r's host
+// are all taken, but only the first ParentSample found in each of the
+// other locality tiers (r's rack, r's zone, elsewhere), so a query costs
+// the same with a thousand holders as with a hundred, and concurrent
+// queries look at different holders. Sampling never hides a chunk: a
+// holder past its tier's share is still taken if it holds a chunk of q
+// that no candidate taken so far holds, so a chunk some eligible holder
+// has is never sent to origin coordination for want of a look, and the
+// visit stops early only once the candidates cover all of q.
 func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now time.Time) {
 	w := len(q.rem)
 	cs := sc.cands[:0]
@@ -50,19 +66,58 @@ func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now t
 	rh := &s.hot[r.slot]
 	hot := s.hot
 	jit := s.newJitter()
-	for i := range b.holders {
-		h := &b.holders[i]
-		k := len(cs) * w // the next candidate's mask, written over if not one
-		m := masks[k : k+w : k+w]
-		g := q.restrict(b.row(h), m)
-		if g == 0 || h.slot == r.slot {
+	n := len(b.holders)
+	limit := s.cfg.ParentSample
+	sampled := limit > 0 && n > limit
+	at, stride := 0, 1
+	var covered []uint64 // union of the candidates' masks, when sampled
+	seen := 0            // its size
+	var taken [numTiers]int
+	if sampled {
+		at, stride = visitOrder(&jit, n)
+		covered = append(sc.covered[:0], make([]uint64, w)...)
+		sc.covered = covered
+	}
+	for range n {
+		h := &b.holders[at]
+		if at += stride; at >= n {
+			at -= n
+		}
+		if h.slot == r.slot {
 			continue
 		}
 		ph := &hot[h.slot]
+		lw := locality(rh, ph)
+		tier, open := 0, true
+		if sampled {
+			tier = tierOf(lw)
+			open = tier == tierHost || taken[tier] < limit
+			if !open && seen == q.left {
+				continue // a full share of this tier, and q covered
+			}
+		}
+		k := len(cs) * w // the next candidate's mask, written over if not one
+		m := masks[k : k+w : k+w]
+		g := q.restrict(b.row(h), m)
+		if g == 0 {
+			continue
+		}
 		if ph.seen < oldest || nowNs < ph.bannedUntil || (avoid && r.rep.avoids(s.bySlot[h.slot].id, now)) {
 			continue
 		}
-		score := locality(rh, ph) * ph.quality() * jit.next()
+		if sampled {
+			fresh := 0
+			for j, x := range m {
+				fresh += bits.OnesCount64(x &^ covered[j])
+				covered[j] |= x
+			}
+			if !open && fresh == 0 {
+				continue
+			}
+			seen += fresh
+			taken[tier]++
+		}
+		score := lw * ph.quality() * jit.next()
 		isFull := s.full(ph.pending.Load())
 		if isFull {
 			sc.anyFull = true
@@ -75,6 +130,55 @@ func (s *State) candidates(sc *scratch, b *blobState, r *peer, q *request, now t
 		cs = append(cs, cand{slot: h.slot, gain: int32(g), full: isFull, score: score})
 	}
 	sc.cands, sc.masks, sc.fullHeld = cs, masks[:len(cs)*w], full
+}
+
+// Locality tiers of a sampled visit (see candidates).
+const (
+	tierHost = iota
+	tierRack
+	tierZone
+	tierElsewhere
+	numTiers
+)
+
+// tierOf returns the tier of a locality weight.
+func tierOf(lw float64) int {
+	switch lw {
+	case weightHost:
+		return tierHost
+	case weightRack:
+		return tierRack
+	case weightZone:
+		return tierZone
+	}
+	return tierElsewhere
+}
+
+// visitOrder returns a random start in [0, n) and a random stride prime
+// to n (n > 1), so that at, at+stride, ... (mod n) visits every index
+// once, in an order that differs from query to query.
+func visitOrder(j *jitter, n int) (start, stride int) {
+	start = int(j.uint64() % uint64(n))
+	stride = 1 + int(j.uint64()%uint64(n-1))
+	// Numbers prime to n are never more than 34 apart for n below ten
+	// million (Jacobsthal's function for up to eight distinct prime
+	// factors), so the bound is never reached in practice.
+	for range 64 {
+		if gcd(stride, n) == 1 {
+			return start, stride
+		}
+		if stride++; stride == n {
+			stride = 1
+		}
+	}
+	return start, 1
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // choose names parents from sc.cands until q is covered, no candidate

@@ -233,8 +233,10 @@ func TestParentsInvalid(t *testing.T) {
 // if no eligible peer holds it.
 func TestParentsRandomScenes(t *testing.T) {
 	for seed := range uint64(50) {
-		s := newState(t, func(c *Config) { c.Jitter = 0.1 })
 		rng := newRand(seed)
+		// Every third scene samples its holders (candidates).
+		sample := []int{0, 32, 1 + rng.IntN(4)}[seed%3]
+		s := newState(t, func(c *Config) { c.Jitter = 0.1; c.ParentSample = sample })
 		nPeers := 1 + rng.IntN(30)
 		chunks := uint32(1 + rng.IntN(300))
 		mustRegister(t, s, "r", nil, t0)

@@ -91,4 +91,10 @@ func (j *jitter) next() float64 {
 	return 1 + j.amp*(u-0.5)
 }
 
+// uint64 returns a uniform 64-bit value from the stream (Jitter 0 or not).
+func (j *jitter) uint64() uint64 {
+	j.x += 0x9e3779b97f4a7c15
+	return mix64(j.x)
+}
+
 func clamp(x, lo, hi float64) float64 { return min(max(x, lo), hi) }

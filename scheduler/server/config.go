@@ -88,6 +88,7 @@ type StateConfig struct {
 	FeedbackWeight         float64       `mapstructure:"feedback_weight" yaml:"feedback_weight"`
 	RefThroughput          int64         `mapstructure:"ref_throughput" yaml:"ref_throughput"`
 	Jitter                 float64       `mapstructure:"jitter" yaml:"jitter"`
+	ParentSample           int           `mapstructure:"parent_sample" yaml:"parent_sample"`
 	RefuteDuration         time.Duration `mapstructure:"refute_duration" yaml:"refute_duration"`
 	TreeMaxChildren        int           `mapstructure:"tree_max_children" yaml:"tree_max_children"`
 	TreeStarveAfter        time.Duration `mapstructure:"tree_starve_after" yaml:"tree_starve_after"`
