@@ -7,34 +7,6 @@ import (
 	"time"
 )
 
-// visitOrder visits every index once, from different starts and strides.
-func TestVisitOrder(t *testing.T) {
-	for n := 2; n <= 300; n++ {
-		starts, strides := map[int]bool{}, map[int]bool{}
-		for q := range uint64(20) {
-			j := jitter{x: mix64(uint64(n)<<32 | q)}
-			at, stride := visitOrder(&j, n)
-			if at < 0 || at >= n || stride < 1 || stride >= n {
-				t.Fatalf("n %d: start %d stride %d out of range", n, at, stride)
-			}
-			starts[at], strides[stride] = true, true
-			seen := make([]bool, n)
-			for range n {
-				if seen[at] {
-					t.Fatalf("n %d, stride %d: index %d visited twice", n, stride, at)
-				}
-				seen[at] = true
-				if at += stride; at >= n {
-					at -= n
-				}
-			}
-		}
-		if n >= 20 && (len(starts) < 5 || len(strides) < 3) {
-			t.Errorf("n %d: %d starts, %d strides in 20 draws", n, len(starts), len(strides))
-		}
-	}
-}
-
 // sampleScene registers "r" (zone z0, rack k0, host h0) and n holders of
 // chunks 0..63 of blob "b", spread over 3 zones of 10 racks, one host
 // each except "twin", on r's host; it returns the holders' ids.
