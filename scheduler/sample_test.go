@@ -9,20 +9,17 @@ import (
 
 // sampleScene registers "r" (zone z0, rack k0, host h0) and n holders of
 // chunks 0..63 of blob "b", spread over 3 zones of 10 racks, one host
-// each except "twin", on r's host; it returns the holders' ids.
-func sampleScene(t *testing.T, s *State, n int) []string {
+// each except "twin", on r's host.
+func sampleScene(t *testing.T, s *State, n int) {
 	t.Helper()
 	mustRegister(t, s, "r", labels("z0", "k0", "h0"), t0)
-	ids := []string{"twin"}
 	mustRegister(t, s, "twin", labels("z0", "k0", "h0"), t0)
 	mustAnnounce(t, s, "twin", digest("b"), seq(0, 64), t0)
 	for i := range n - 1 {
 		id := fmt.Sprint("p", i)
-		ids = append(ids, id)
 		mustRegister(t, s, id, labels(fmt.Sprint("z", i%3), fmt.Sprint("k", i%30), fmt.Sprint("host", i)), t0)
 		mustAnnounce(t, s, id, digest("b"), seq(0, 64), t0)
 	}
-	return ids
 }
 
 // A query looks at every holder on the requester's host and at most
