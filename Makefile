@@ -40,19 +40,23 @@ test: deps vet
 
 # A few seconds of each fuzz target over its committed seed corpus. A
 # failure that saved a crasher under testdata/fuzz fails at once (the
-# crasher reproduces it); one that saved nothing is the fuzz engine itself
-# (a worker that a loaded machine starved), and that target gets one more
-# run.
+# crasher reproduces it). One that saved nothing, "context deadline
+# exceeded" at the -fuzztime limit, is a race in Go's fuzz coordinator
+# (golang/go#75804, fixed in Go 1.27): it hit about one target in 25 per
+# run here, so such a target gets up to two more runs, and fails only if
+# all three do.
 fuzz-short:
 	@$(GO) list -f '{{.ImportPath}} {{.Dir}}' ./... | while read pkg dir; do \
 		for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
-			echo "fuzz $$pkg $$f"; \
-			before=$$(ls $$dir/testdata/fuzz/$$f 2>/dev/null | wc -l); \
-			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 5s $$pkg && continue; \
-			after=$$(ls $$dir/testdata/fuzz/$$f 2>/dev/null | wc -l); \
-			if [ "$$after" != "$$before" ]; then echo "fuzz $$pkg $$f: crasher saved under $$dir/testdata/fuzz/$$f"; exit 1; fi; \
-			echo "fuzz $$pkg $$f: failed without a crasher; running it again"; \
-			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 5s $$pkg || exit 1; \
+			for try in 1 2 3; do \
+				echo "fuzz $$pkg $$f (run $$try)"; \
+				before=$$(ls $$dir/testdata/fuzz/$$f 2>/dev/null | wc -l); \
+				$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 5s $$pkg && break; \
+				after=$$(ls $$dir/testdata/fuzz/$$f 2>/dev/null | wc -l); \
+				if [ "$$after" != "$$before" ]; then echo "fuzz $$pkg $$f: crasher saved under $$dir/testdata/fuzz/$$f"; exit 1; fi; \
+				if [ $$try = 3 ]; then echo "fuzz $$pkg $$f: failed three times without a crasher"; exit 1; fi; \
+				echo "fuzz $$pkg $$f: failed without a crasher; running it again"; \
+			done; \
 		done; \
 	done
 
