@@ -31,7 +31,8 @@
 //     Router now says; the first verified copy wins and the slower
 //     request is cancelled.
 //   - fetch_origin.go: ranged GETs to the origin, adjacent chunks merged,
-//     each chunk verified before use.
+//     each chunk verified before use; bytes that fail end that chunk's
+//     read at once, for good (the read described the chunk wrongly).
 //   - holdings.go, holdings_format.go: which chunks the node holds, per
 //     blob, persisted so that they are announced again after a restart and
 //     dropped when the cache evicts them; evicted.go sends those drops at

@@ -48,7 +48,11 @@ func originRuns(cs []rafs.Chunk, maxRange int64) []originRun {
 // verified before it is cached, handed on and announced. With turn (the
 // Router gave this node the turn), failed chunks are abandoned so that
 // another peer gets the turn. A permanent origin error fails its chunks
-// at once; a transient one leaves them for the next round.
+// at once; a transient one leaves them for the next round. A chunk whose
+// bytes from the origin fail verification fails at once too: the
+// registry holds the blob the manifest pins, so the request's description
+// of the chunk (digest, algorithm, offset, sizes) is wrong, and asking
+// again until FetchDeadline would only load the registry.
 func (n *Node) fetchOrigin(ctx context.Context, g *group, cs []rafs.Chunk, turn bool) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, n.cfg.MaxParallelOrigin)
@@ -110,7 +114,9 @@ func (n *Node) fetchRun(ctx context.Context, g *group, run originRun, turn bool)
 			stored := buf[int64(c.CompressedOffset)-run.off:][:c.CompressedSize]
 			if err := rafs.VerifyChunk(c, stored, scratch); err != nil {
 				bad = append(bad, c.Ordinal)
-				g.noteErr(fmt.Errorf("origin: chunk %d of blob %s: %w", c.Ordinal, g.blob, err))
+				err = fmt.Errorf("origin: chunk %d of blob %s fails verification: %w", c.Ordinal, g.blob, err)
+				n.log.Warn("origin bytes fail verification; failing the chunk", "err", err)
+				n.failNow(g, []rafs.Chunk{c}, err)
 				continue
 			}
 			n.keep(g, c, stored, sourceOrigin)
