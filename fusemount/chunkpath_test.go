@@ -190,7 +190,7 @@ func TestFetcherChunkRuns(t *testing.T) {
 			}
 			for i := range fx.boot.ChunkCount() {
 				k, _ := fx.boot.Chunk(i)
-				if !c.Has(k.Digest) {
+				if !c.Has(cache.KeyOf(k)) {
 					t.Errorf("chunk %d not in the node cache", i)
 				}
 			}

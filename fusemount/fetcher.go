@@ -524,7 +524,7 @@ func (f *Fetcher) plan(c rafs.Chunk) []rafs.Chunk {
 		if err != nil || n.Blob != c.Blob || n.CompressedOffset != end || total+int(n.CompressedSize) > f.cfg.AmplifyIO {
 			break
 		}
-		if f.mem.Contains(n.Index) || f.flights.busy(n.Index) || (f.cache != nil && f.cache.Has(n.Digest)) {
+		if f.mem.Contains(n.Index) || f.flights.busy(n.Index) || (f.cache != nil && f.cache.Has(cache.KeyOf(n))) {
 			break
 		}
 		run = append(run, n)
@@ -631,7 +631,7 @@ func (f *Fetcher) Prefetch(ctx context.Context, c rafs.Chunk) (fetched bool, err
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
-	if f.mem.Contains(c.Index) || (f.cache != nil && f.cache.Has(c.Digest)) {
+	if f.mem.Contains(c.Index) || (f.cache != nil && f.cache.Has(cache.KeyOf(c))) {
 		return false, nil
 	}
 	_, _, err = f.chunk(ctx, c, modePrefetch)

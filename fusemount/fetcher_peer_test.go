@@ -105,8 +105,8 @@ func TestFetcherThroughRealPeerTailStuck(t *testing.T) {
 		t.Fatalf("tail: got %v, want the origin's refusal", err)
 	}
 	// The peer caches the head, perhaps after the mount got it.
-	pollUntil(t, "the head in the node cache", func() bool { return c.Has(k0.Digest) })
-	if c.Has(k1.Digest) {
+	pollUntil(t, "the head in the node cache", func() bool { return c.Has(cache.KeyOf(k0)) })
+	if c.Has(cache.KeyOf(k1)) {
 		t.Error("node cache: the tail is there; want the head only")
 	}
 	if n := c.Stats().Puts; n != 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"damselfly/peer/cache"
 	"damselfly/rafs"
 	"damselfly/rafs/image"
 	"damselfly/rafs/rafstest"
@@ -121,7 +122,7 @@ func TestFetcherReadahead(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		if !c.Has(ck.Digest) {
+		if !c.Has(cache.KeyOf(ck)) {
 			t.Errorf("chunk %d read ahead but not in the node cache", i)
 		}
 	}
@@ -129,7 +130,7 @@ func TestFetcherReadahead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.mem.Contains(ck.Index) || c.Has(ck.Digest) {
+	if f.mem.Contains(ck.Index) || c.Has(cache.KeyOf(ck)) {
 		t.Errorf("chunk 5 fetched: readahead went past its window of 4")
 	}
 	if got := counter(m, "damselfly_mount_readahead_fetches_total"); got < 1 || got > 4 {

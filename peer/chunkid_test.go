@@ -3,9 +3,12 @@ package peer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"damselfly/peer/cache"
 	"damselfly/proxy"
 	"damselfly/proxy/upstream"
 	"damselfly/rafs"
@@ -33,6 +36,94 @@ func wantPermanent(t *testing.T, what string, err error) {
 	}
 	if ce.Transient {
 		t.Errorf("%s: got a transient error (%v), want a permanent one", what, err)
+	}
+}
+
+// TestAlgorithmFlipSparesParentAndEntry: a read that names a chunk a
+// parent holds with the other digest algorithm (the same 32 bytes of
+// digest, the blake3 flag flipped) fails, and harms nobody: the honest
+// parent is neither reported (bad bytes, or the chunk missing) nor
+// avoided, and keeps its cache entry and its holding; the reader's own
+// good entry, read under the flipped description, stays too. Afterwards
+// the true chunk is read from the parent as before.
+//
+// The parent runs both ways: checking what it serves (it would find its
+// entry "corrupt" under the flipped description), and not (the daemon's
+// default: it would send its honest bytes, which fail the reader's check).
+func TestAlgorithmFlipSparesParentAndEntry(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	for _, noVerify := range []bool{false, true} {
+		t.Run(fmt.Sprintf("no_verify=%v", noVerify), func(t *testing.T) {
+			t.Parallel()
+			testAlgorithmFlip(t, img, noVerify)
+		})
+	}
+}
+
+func testAlgorithmFlip(t *testing.T, img image, noVerify bool) {
+	o := newOrigin(t, img.dir)
+	sched := newScheduler(t)
+	key := clusterKey(t)
+	parent := newNode(t, key, sched, nodeOpts{noVerify: noVerify})
+	reader := newNode(t, key, sched, nodeOpts{})
+	ctx := testCtx(t)
+	if err := readAll(ctx, parent.Node, o.ref(), img.blob, img.chunks); err != nil {
+		t.Fatalf("parent read: %v", err)
+	}
+	c := img.chunks[3]
+	flipped := flipAlgo(c)
+
+	// The reader asks the parent, which the scheduler names.
+	reqs := o.reqs.Load()
+	start := time.Now()
+	wantPermanent(t, "reader's flipped read", readOne(ctx, reader.Node, o.ref(), img.blob, flipped))
+	if took := time.Since(start); took > testConfig().FetchDeadline/2 {
+		t.Errorf("the flipped read took %v, want well under FetchDeadline (%v)", took, testConfig().FetchDeadline)
+	}
+	if got := o.reqs.Load() - reqs; got > 2 {
+		t.Errorf("the origin was asked %d times for the flipped chunk, want at most 2", got)
+	}
+	if s := parent.srv.Stats(); s.ChunksSent != 0 || s.Corrupt != 0 {
+		t.Errorf("parent's server: sent %d chunks, found %d corrupt; want 0 and 0 (it holds no such chunk, and its entry is good)", s.ChunksSent, s.Corrupt)
+	}
+	_, _, reports := reader.router.snapshot()
+	for _, r := range reports {
+		if r.BadBytes || slices.Contains(r.Missing, c.Ordinal) {
+			t.Errorf("the reader reported the honest parent: %+v", r)
+		}
+	}
+	if reader.avoided(parent.h.ID()) || reader.slowAvoided(parent.h.ID()) {
+		t.Error("the reader avoids the honest parent")
+	}
+	if s := reader.Stats(); s.BadPeers != 0 {
+		t.Errorf("BadPeers: got %d, want 0", s.BadPeers)
+	}
+	if !parent.cache.Has(cache.KeyOf(c)) {
+		t.Error("the flipped request deleted the parent's good cache entry")
+	}
+	if _, dropped, _ := parent.router.snapshot(); slices.Contains(dropped[img.blob], c.Ordinal) {
+		t.Error("the parent dropped its holding of the chunk")
+	}
+	if reader.cache.Has(cache.KeyOf(flipped)) {
+		t.Error("the reader cached bytes under the flipped key")
+	}
+
+	// The parent itself reads the chunk under the flipped description:
+	// its cache holds the true chunk, which must not be judged as the
+	// flipped one (and deleted).
+	wantPermanent(t, "parent's flipped read", readOne(ctx, parent.Node, o.ref(), img.blob, flipped))
+	if !parent.cache.Has(cache.KeyOf(c)) {
+		t.Error("the parent's flipped read deleted its good cache entry")
+	}
+
+	// The true chunk still comes from the parent.
+	before := reader.Stats()
+	if err := readAll(ctx, reader.Node, o.ref(), img.blob, []rafs.Chunk{c}); err != nil {
+		t.Fatalf("true read after the flipped one: %v", err)
+	}
+	if after := reader.Stats(); after.PeerChunks != before.PeerChunks+1 {
+		t.Errorf("true read: %d chunks from peers, want 1 (the honest parent)", after.PeerChunks-before.PeerChunks)
 	}
 }
 
@@ -72,7 +163,7 @@ func TestOriginMismatchFailsFast(t *testing.T) {
 			if got := o.reqs.Load(); got < 1 || got > 2 {
 				t.Errorf("the origin was asked %d times, want 1 (2 at most)", got)
 			}
-			if n.cache.Has(tt.c.Digest) {
+			if n.cache.Has(cache.KeyOf(tt.c)) {
 				t.Error("bytes that failed verification were cached")
 			}
 		})

@@ -13,8 +13,9 @@
 //     cache hits in turn and waiting for the misses' fetch, and
 //     ReadChunksEarly, which hands a fetched chunk over as soon as it is
 //     verified, while the node caches and announces it.
-//   - fetch_flight.go: one fetch per chunk digest however many reads want
-//     it, cancelled only when every read waiting for it has gone.
+//   - fetch_flight.go: one fetch per chunk (digest and digest algorithm)
+//     however many reads want it, cancelled only when every read waiting
+//     for it has gone.
 //   - fetch.go, fetch_round.go: the retry loop of a batch of misses: ask
 //     the Router, fetch from the parents it names (several at once) and
 //     from the origin on this node's turn, wait when told to, until every
@@ -49,6 +50,12 @@
 //     (scheduler/preheatwire): opens the image through the registry,
 //     lists its chunks (all, or the prefetch table's) and reads them
 //     through the Node, reporting progress until done or cancelled.
+//
+// A chunk's identity is its digest and its digest algorithm
+// (rafs.ChunkBlake3) everywhere: node cache entries (cache.Key),
+// holdings, exchange lookups and flights. A read that names a stored
+// digest under the other algorithm misses; it never gets the entry
+// deleted or its holder reported.
 //
 // Every chunk is verified against its digest before it is cached, handed
 // to a reader or announced, and announced only once it is in the node

@@ -1,6 +1,9 @@
 package peer
 
-import "damselfly/rafs"
+import (
+	"damselfly/peer/cache"
+	"damselfly/rafs"
+)
 
 // Evictions reach the Router as soon as this node knows of them, so that
 // the scheduler stops naming it for chunks it no longer has: at once for
@@ -12,20 +15,22 @@ import "damselfly/rafs"
 // (scheduler/refute.go).
 
 // evicted drops the holdings of chunks the cache just deleted.
-func (n *Node) evicted(digests []rafs.Digest) {
-	gone := make(map[rafs.Digest]struct{}, len(digests))
-	for _, d := range digests {
-		gone[d] = struct{}{}
+func (n *Node) evicted(keys []cache.Key) {
+	gone := make(map[cache.Key]struct{}, len(keys))
+	for _, k := range keys {
+		gone[k] = struct{}{}
 	}
-	n.dropHoldings(n.hold.dropDigests(gone, nil, n.cache.Has))
+	n.dropHoldings(n.hold.dropKeys(gone, nil, n.cache.Has))
 }
 
 // Missed is told that a peer asked this node for the chunk of blob whose
-// digest is d and the cache did not have it. If the holdings still list
-// it, and it is still gone, it is dropped and the Router told. It costs
-// a walk over the blob's holdings and is safe for concurrent use.
-func (n *Node) Missed(blob, d rafs.Digest) {
-	n.dropHoldings(n.hold.dropDigests(map[rafs.Digest]struct{}{d: {}}, &blob, n.cache.Has))
+// cache key (digest and algorithm) is k and the cache did not have it. If
+// the holdings still list it, and it is still gone, it is dropped and the
+// Router told; a holding of the same digest under the other algorithm is
+// another chunk, and stays. It costs a walk over the blob's holdings and
+// is safe for concurrent use.
+func (n *Node) Missed(blob rafs.Digest, k cache.Key) {
+	n.dropHoldings(n.hold.dropKeys(map[cache.Key]struct{}{k: {}}, &blob, n.cache.Has))
 }
 
 func (n *Node) dropHoldings(gone map[rafs.Digest][]uint32) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"damselfly/peer/cache"
 	"damselfly/rafs"
 	"damselfly/scheduler"
 )
@@ -42,7 +43,7 @@ func TestEvictionDroppedAtOnce(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		inCache = inCache[:0]
 		for _, c := range img.chunks {
-			if a.cache.Has(c.Digest) {
+			if a.cache.Has(cache.KeyOf(c)) {
 				inCache = append(inCache, c.Ordinal)
 			}
 		}
@@ -90,7 +91,7 @@ func TestMissedChunkDroppedAndExcused(t *testing.T) {
 	}
 	waitCopies(t, st, img.blob, n)
 	gone := img.chunks[3]
-	if err := a.cache.Remove(gone.Digest); err != nil {
+	if err := a.cache.Remove(cache.KeyOf(gone)); err != nil {
 		t.Fatal(err)
 	}
 	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks); err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"damselfly/peer/cache"
 	"damselfly/proxy"
 	"damselfly/rafs"
 )
@@ -297,7 +298,7 @@ func (n *Node) fromCache(g *group) {
 	var announce []uint32
 	var hits []hit
 	for _, c := range g.chunks(nil) {
-		if !n.cache.Has(c.Digest) {
+		if !n.cache.Has(cache.KeyOf(c)) {
 			continue
 		}
 		if sc, stored, ok := n.readCache(c); ok {
@@ -305,7 +306,7 @@ func (n *Node) fromCache(g *group) {
 				n.m.delivered(sourceCache, len(stored))
 				hits = append(hits, hit{f, sc, stored})
 			}
-			if n.hold.add(g.blob, c.Ordinal, c.Digest) {
+			if n.hold.add(g.blob, c.Ordinal, cache.KeyOf(c)) {
 				announce = append(announce, c.Ordinal)
 			}
 		}
@@ -347,12 +348,12 @@ func (n *Node) keep(g *group, c rafs.Chunk, stored []byte, source string) {
 			// this node had one, goes to the next peer now rather than
 			// when it times out (the announcement would have ended it).
 			n.router.Abandon(g.blob, []uint32{c.Ordinal})
-		} else if n.hold.add(g.blob, c.Ordinal, c.Digest); n.cache.Has(c.Digest) {
+		} else if n.hold.add(g.blob, c.Ordinal, cache.KeyOf(c)); n.cache.Has(cache.KeyOf(c)) {
 			n.router.Announce(g.blob, []uint32{c.Ordinal})
 		} else {
 			// Evicted between the write and the holding: the evict
 			// hook may have run before there was a holding to drop.
-			n.Missed(g.blob, c.Digest)
+			n.Missed(g.blob, cache.KeyOf(c))
 			n.router.Abandon(g.blob, []uint32{c.Ordinal})
 		}
 		n.kept(f)

@@ -3,18 +3,20 @@ package peer
 import (
 	"context"
 
+	"damselfly/peer/cache"
 	"damselfly/proxy"
 	"damselfly/rafs"
 )
 
-// flight is one chunk being fetched, keyed by digest in Node.flights, so
-// that concurrent reads of a chunk wait for one fetch. Its result fields
-// are written once, before ready is closed. A fetched chunk is ready once
-// verified and done once kept (cached, recorded and announced); a failed
-// one or a cache hit is both at once. It stays in Node.flights until
-// done, so that a read coming meanwhile joins it rather than fetching
-// the chunk again.
+// flight is one chunk being fetched, keyed in Node.flights by the chunk's
+// digest and digest algorithm (cache.Key), so that concurrent reads of a
+// chunk wait for one fetch. Its result fields are written once, before ready is closed. A fetched chunk
+// is ready once verified and done once kept (cached, recorded and
+// announced); a failed one or a cache hit is both at once. It stays in
+// Node.flights until done, so that a read coming meanwhile joins it
+// rather than fetching the chunk again.
 type flight struct {
+	key   cache.Key
 	want  rafs.Chunk // as the leading read asked for it
 	b     *batch
 	ready chan struct{}
@@ -37,8 +39,8 @@ type batch struct {
 }
 
 // join returns a flight for each chunk of cs, joining the flights in
-// progress for their digests and starting one fetch for the rest. Every
-// flight returned holds a reference that leave releases.
+// progress for their keys (the chunk's digest and algorithm) and starting
+// one fetch for the rest. Every flight returned holds a reference that leave releases.
 func (n *Node) join(up proxy.Upstream, blob rafs.Digest, cs []rafs.Chunk) []*flight {
 	ctx, cancel := context.WithCancel(n.life)
 	b := &batch{cancel: cancel}
@@ -47,12 +49,13 @@ func (n *Node) join(up proxy.Upstream, blob rafs.Digest, cs []rafs.Chunk) []*fli
 	n.mu.Lock()
 	closed := n.closed
 	for i, c := range cs {
-		f := n.flights[c.Digest]
+		k := cache.KeyOf(c)
+		f := n.flights[k]
 		switch {
 		case f == nil || closed:
-			f = &flight{want: c, b: b, ready: make(chan struct{}), done: make(chan struct{})}
+			f = &flight{key: k, want: c, b: b, ready: make(chan struct{}), done: make(chan struct{})}
 			if !closed {
-				n.flights[c.Digest] = f
+				n.flights[k] = f
 			}
 			lead = append(lead, f)
 		case f.b != b:
@@ -100,8 +103,8 @@ func (n *Node) leave(fs []*flight) {
 		}
 		f.b.cancel()
 		for _, g := range f.b.flights {
-			if n.flights[g.want.Digest] == g && !g.finished {
-				delete(n.flights, g.want.Digest)
+			if n.flights[g.key] == g && !g.finished {
+				delete(n.flights, g.key)
 			}
 		}
 	}
@@ -147,8 +150,8 @@ func (n *Node) keptLocked(f *flight) {
 		return
 	}
 	f.kept = true
-	if n.flights[f.want.Digest] == f {
-		delete(n.flights, f.want.Digest)
+	if n.flights[f.key] == f {
+		delete(n.flights, f.key)
 	}
 	close(f.done)
 }

@@ -21,7 +21,9 @@ import (
 // then on; one that runs out of ParentTimeout or makes no progress is
 // avoided for SlowAvoidDuration. With assigned (the Router named p), the
 // outcome is reported. With hedge, a request that delivers nothing for
-// HedgeDelay is hedged (fetch_hedge.go).
+// HedgeDelay is hedged (fetch_hedge.go). Chunks p holds only under the
+// other digest algorithm are fetched from the origin, which fails them
+// at once if the read's description is wrong; p is not blamed.
 func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs []rafs.Chunk, assigned, hedge bool) {
 	if len(p.Addrs) > 0 {
 		n.h.Peerstore().AddAddrs(p.ID, p.Addrs, peerstore.TempAddrTTL)
@@ -29,6 +31,17 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 	start := time.Now()
 	o := Outcome{Blob: g.blob, OK: true}
 	cancelled := false // by this node: nothing to report about the parent
+	// otherAlgo are chunks p holds under the same digest with the other
+	// digest algorithm: the read described them wrongly. p is not at
+	// fault and still holds what it announced, so they are neither
+	// reported missing nor asked of another parent (which would answer
+	// alike until FetchDeadline): the origin settles them at once.
+	var otherAlgo []rafs.Chunk
+	defer func() {
+		if len(otherAlgo) > 0 && ctx.Err() == nil {
+			n.fetchOrigin(ctx, g, otherAlgo, false)
+		}
+	}()
 	for _, batch := range splitBatches(cs) {
 		g.tr.parents.Add(1)
 		pctx, cancel := context.WithTimeout(ctx, n.cfg.ParentTimeout)
@@ -44,6 +57,7 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 		won := hg.finish() // the hedge got every chunk first: the request was cancelled for it
 		cancel()
 		o.Bytes += res.Bytes
+		otherAlgo = append(otherAlgo, res.OtherAlgo...)
 		for _, c := range res.Missing {
 			o.Missing = append(o.Missing, c.Ordinal)
 		}

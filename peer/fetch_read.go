@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 
+	"damselfly/peer/cache"
 	"damselfly/proxy"
 	"damselfly/rafs"
 )
@@ -46,7 +47,7 @@ func (n *Node) readChunks(ctx context.Context, up proxy.Upstream, blob rafs.Dige
 		}
 	}
 	for i, c := range chunks {
-		if !n.cache.Has(c.Digest) {
+		if !n.cache.Has(cache.KeyOf(c)) {
 			missIdx = append(missIdx, i)
 			missChunks = append(missChunks, c)
 		}
@@ -70,7 +71,7 @@ func (n *Node) readChunks(ctx context.Context, up proxy.Upstream, blob rafs.Dige
 		if f == nil {
 			if sc, stored, ok := n.readCache(c); ok {
 				n.m.delivered(sourceCache, len(stored))
-				if n.hold.add(blob, c.Ordinal, c.Digest) {
+				if n.hold.add(blob, c.Ordinal, cache.KeyOf(c)) {
 					announce = append(announce, c.Ordinal)
 				}
 				if err := deliver(i, sc, stored); err != nil {
@@ -113,7 +114,7 @@ func (n *Node) readChunks(ctx context.Context, up proxy.Upstream, blob rafs.Dige
 // The chunk returned describes the stored form, which may differ from
 // c's. An entry that fails verification is removed.
 func (n *Node) readCache(c rafs.Chunk) (rafs.Chunk, []byte, bool) {
-	meta, stored, err := n.cache.Get(c.Digest, nil)
+	meta, stored, err := n.cache.Get(cache.KeyOf(c), nil)
 	if err != nil || meta.Size != c.Size {
 		return c, nil, false
 	}
@@ -128,7 +129,7 @@ func (n *Node) readCache(c rafs.Chunk) (rafs.Chunk, []byte, bool) {
 	defer putScratch(scratch)
 	if err := rafs.VerifyChunk(sc, stored, scratch); err != nil {
 		n.log.Warn("cached chunk fails verification; removing it", "chunk", c.Digest, "err", err)
-		_ = n.cache.Remove(c.Digest)
+		_ = n.cache.Remove(cache.KeyOf(c))
 		return c, nil, false
 	}
 	return sc, stored, true

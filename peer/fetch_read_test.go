@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"damselfly/peer/cache"
 	"damselfly/rafs"
 )
 
@@ -18,7 +19,7 @@ func TestReadChunksEarly(t *testing.T) {
 		a := newNode(t, key, newScheduler(t), nodeOpts{}) // alone: every chunk from the origin
 		kept := func(c rafs.Chunk) bool {
 			announced, _, _ := a.router.snapshot()
-			return a.cache.Has(c.Digest) && slices.Contains(announced[img.blob], c.Ordinal)
+			return a.cache.Has(cache.KeyOf(c)) && slices.Contains(announced[img.blob], c.Ordinal)
 		}
 		next := 0
 		deliver := func(i int, c rafs.Chunk, stored []byte) error {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 
+	"damselfly/peer/cache"
 	"damselfly/rafs"
 )
 
@@ -19,7 +20,7 @@ import (
 const maxHoldingFiles = 1 << 16
 
 // holdings is what the node knows it holds: per blob, the ordinals of the
-// chunks in the node cache with their digests. It persists each blob's
+// chunks in the node cache with their cache keys (digest and algorithm). It persists each blob's
 // set to one file under dir (holdings_format.go), written atomically when
 // flushed. Safe for concurrent use.
 type holdings struct {
@@ -27,7 +28,7 @@ type holdings struct {
 	log *slog.Logger
 
 	mu    sync.Mutex
-	blobs map[rafs.Digest]map[uint32]rafs.Digest
+	blobs map[rafs.Digest]map[uint32]cache.Key
 	dirty map[rafs.Digest]struct{}
 }
 
@@ -35,7 +36,7 @@ func newHoldings(dir string, log *slog.Logger) *holdings {
 	return &holdings{
 		dir:   dir,
 		log:   log,
-		blobs: make(map[rafs.Digest]map[uint32]rafs.Digest),
+		blobs: make(map[rafs.Digest]map[uint32]cache.Key),
 		dirty: make(map[rafs.Digest]struct{}),
 	}
 }
@@ -75,9 +76,9 @@ func (h *holdings) load() error {
 			continue
 		}
 		loaded++
-		m := make(map[uint32]rafs.Digest, len(hs))
+		m := make(map[uint32]cache.Key, len(hs))
 		for _, x := range hs {
-			m[x.Ordinal] = x.Digest
+			m[x.Ordinal] = x.Key
 		}
 		if len(m) > 0 {
 			h.blobs[blob] = m
@@ -96,7 +97,7 @@ func readHoldings(p string, blob rafs.Digest) ([]holding, error) {
 	if err != nil {
 		return nil, err
 	}
-	if max := int64(holdingsHeader + holdingsEntry*MaxHoldingsPerBlob + 4); st.Size() > max {
+	if max := int64(holdingsMaxLength); st.Size() > max {
 		return nil, fmt.Errorf("%w: %d bytes is over the limit of %d", errHoldingsCorrupt, st.Size(), max)
 	}
 	b := make([]byte, st.Size())
@@ -106,9 +107,9 @@ func readHoldings(p string, blob rafs.Digest) ([]holding, error) {
 	return decodeHoldings(blob, b)
 }
 
-// add records that the node holds chunk ordinal (digest d) of blob and
+// add records that the node holds chunk ordinal (cache key d) of blob and
 // reports whether that is news.
-func (h *holdings) add(blob rafs.Digest, ordinal uint32, d rafs.Digest) bool {
+func (h *holdings) add(blob rafs.Digest, ordinal uint32, d cache.Key) bool {
 	if ordinal >= MaxHoldingsPerBlob {
 		return false
 	}
@@ -116,7 +117,7 @@ func (h *holdings) add(blob rafs.Digest, ordinal uint32, d rafs.Digest) bool {
 	defer h.mu.Unlock()
 	m := h.blobs[blob]
 	if m == nil {
-		m = make(map[uint32]rafs.Digest)
+		m = make(map[uint32]cache.Key)
 		h.blobs[blob] = m
 	}
 	if old, ok := m[ordinal]; ok && old == d {
@@ -152,7 +153,7 @@ func (h *holdings) snapshot() map[rafs.Digest][]holding {
 	return out
 }
 
-func sortedHoldings(m map[uint32]rafs.Digest) []holding {
+func sortedHoldings(m map[uint32]cache.Key) []holding {
 	hs := make([]holding, 0, len(m))
 	for o, d := range m {
 		hs = append(hs, holding{o, d})
@@ -163,12 +164,12 @@ func sortedHoldings(m map[uint32]rafs.Digest) []holding {
 
 // check drops every holding whose chunk has does not find, and returns
 // what it dropped, by blob.
-func (h *holdings) check(has func(rafs.Digest) bool) map[rafs.Digest][]uint32 {
+func (h *holdings) check(has func(cache.Key) bool) map[rafs.Digest][]uint32 {
 	snap := h.snapshot()
 	gone := make(map[rafs.Digest][]uint32)
 	for b, hs := range snap {
 		for _, x := range hs {
-			if !has(x.Digest) {
+			if !has(x.Key) {
 				gone[b] = append(gone[b], x.Ordinal)
 			}
 		}
@@ -190,15 +191,15 @@ func (h *holdings) check(has func(rafs.Digest) bool) map[rafs.Digest][]uint32 {
 	return gone
 }
 
-// dropDigests forgets the holdings whose digest is in gone and that has
+// dropKeys forgets the holdings whose cache key is in gone and that has
 // does not find (had the chunk been written again since, it stays), and
 // returns what it dropped, by blob. With one blob given, only that
 // blob's holdings are looked at.
-func (h *holdings) dropDigests(gone map[rafs.Digest]struct{}, only *rafs.Digest, has func(rafs.Digest) bool) map[rafs.Digest][]uint32 {
+func (h *holdings) dropKeys(gone map[cache.Key]struct{}, only *rafs.Digest, has func(cache.Key) bool) map[rafs.Digest][]uint32 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make(map[rafs.Digest][]uint32)
-	drop := func(b rafs.Digest, m map[uint32]rafs.Digest) {
+	drop := func(b rafs.Digest, m map[uint32]cache.Key) {
 		for o, d := range m {
 			if _, ok := gone[d]; ok && !has(d) {
 				delete(m, o)

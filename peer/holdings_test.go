@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"damselfly/peer/cache"
 	"damselfly/rafs"
 )
 
 func TestHoldingsRoundTrip(t *testing.T) {
 	blob := rafs.Digest(sha256.Sum256([]byte("blob")))
-	hs := []holding{{0, sha256.Sum256([]byte("a"))}, {7, sha256.Sum256([]byte("b"))}, {1 << 19, sha256.Sum256([]byte("c"))}}
+	hs := []holding{{0, cache.SHA256(sha256.Sum256([]byte("a")))}, {7, cache.Key{Algo: rafs.DigestBlake3, Digest: sha256.Sum256([]byte("b"))}}, {1 << 19, cache.SHA256(sha256.Sum256([]byte("c")))}}
 	b := encodeHoldings(blob, hs)
 	got, err := decodeHoldings(blob, b)
 	if err != nil {
@@ -39,7 +40,7 @@ func TestHoldingsRoundTrip(t *testing.T) {
 func FuzzDecodeHoldings(f *testing.F) {
 	blob := rafs.Digest(sha256.Sum256([]byte("blob")))
 	f.Add(encodeHoldings(blob, nil))
-	f.Add(encodeHoldings(blob, []holding{{1, blob}, {2, blob}}))
+	f.Add(encodeHoldings(blob, []holding{{1, cache.SHA256(blob)}, {2, cache.Key{Algo: rafs.DigestBlake3, Digest: blob}}}))
 	f.Add([]byte(holdingsMagic))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		hs, err := decodeHoldings(blob, b)
@@ -97,7 +98,7 @@ func TestHoldingsPersistedAndReannounced(t *testing.T) {
 	// Evict two chunks by hand: the node drops them.
 	gone := []uint32{img.chunks[1].Ordinal, img.chunks[4].Ordinal}
 	for _, i := range []int{1, 4} {
-		if err := a.cache.Remove(img.chunks[i].Digest); err != nil {
+		if err := a.cache.Remove(cache.KeyOf(img.chunks[i])); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -113,9 +114,9 @@ func TestHoldingsPersistedAndReannounced(t *testing.T) {
 
 // dropDigests forgets the holdings of digests that are gone, in every
 // blob or in one, and keeps those the cache has again.
-func TestHoldingsDropDigests(t *testing.T) {
-	d := func(s string) rafs.Digest { return sha256.Sum256([]byte(s)) }
-	b1, b2 := d("blob1"), d("blob2")
+func TestHoldingsDropKeys(t *testing.T) {
+	d := func(s string) cache.Key { return cache.SHA256(sha256.Sum256([]byte(s))) }
+	b1, b2 := d("blob1").Digest, d("blob2").Digest
 	h := newHoldings("", nil)
 	h.add(b1, 0, d("x"))
 	h.add(b1, 1, d("y"))
@@ -123,13 +124,13 @@ func TestHoldingsDropDigests(t *testing.T) {
 	h.add(b2, 5, d("x"))
 	h.add(b2, 6, d("z"))
 	back := d("z") // written again since it was evicted
-	has := func(x rafs.Digest) bool { return x == back }
+	has := func(x cache.Key) bool { return x == back }
 
-	got := h.dropDigests(map[rafs.Digest]struct{}{d("x"): {}, back: {}}, &b2, has)
+	got := h.dropKeys(map[cache.Key]struct{}{d("x"): {}, back: {}}, &b2, has)
 	if len(got) != 1 || !slices.Equal(got[b2], []uint32{5}) {
 		t.Fatalf("blob2 only: dropped %v, want blob2 [5]", got)
 	}
-	got = h.dropDigests(map[rafs.Digest]struct{}{d("x"): {}}, nil, has)
+	got = h.dropKeys(map[cache.Key]struct{}{d("x"): {}}, nil, has)
 	if len(got) != 1 || !slices.Equal(got[b1], []uint32{0, 2}) {
 		t.Fatalf("all blobs: dropped %v, want blob1 [0 2]", got)
 	}

@@ -208,20 +208,20 @@ func TestNoRouter(t *testing.T) {
 
 // corruptEntry replaces c's entry in cache by one with the same digest and
 // sizes and wrong bytes.
-func corruptEntry(t *testing.T, cache *cache.Cache, c rafs.Chunk) {
+func corruptEntry(t *testing.T, cc *cache.Cache, c rafs.Chunk) {
 	t.Helper()
-	meta, stored, err := cache.Get(c.Digest, nil)
+	meta, stored, err := cc.Get(cache.KeyOf(c), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cache.Remove(c.Digest); err != nil {
+	if err := cc.Remove(cache.KeyOf(c)); err != nil {
 		t.Fatal(err)
 	}
 	stored = slices.Clone(stored)
 	for i := range stored {
 		stored[i] ^= 0x5a
 	}
-	if err := cache.Put(c.Digest, meta, stored); err != nil {
+	if err := cc.Put(cache.KeyOf(c), meta, stored); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -313,7 +313,7 @@ func TestBadPeerNamedAgain(t *testing.T) {
 	}
 	// The scheduler still names A for every chunk; B goes around it.
 	for _, c := range img.chunks {
-		if err := b.cache.Remove(c.Digest); err != nil {
+		if err := b.cache.Remove(cache.KeyOf(c)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 
+	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	"damselfly/peer/piece"
 	"damselfly/proxy"
@@ -333,7 +334,7 @@ func (n *Node) dropPieces(blob rafs.Digest, t *piece.Table) {
 	ords := make([]uint32, t.Count())
 	for i, d := range t.Digests {
 		ords[i] = uint32(i)
-		_ = n.cache.Remove(d)
+		_ = n.cache.Remove(cache.SHA256(d))
 	}
 	key := plainKey(blob)
 	n.hold.remove(key, ords)
@@ -349,7 +350,7 @@ func (n *Node) ReadPieces(ctx context.Context, up proxy.Upstream, t *piece.Table
 	if deliver == nil {
 		missing := cs[:0]
 		for _, c := range cs {
-			if !n.cache.Has(c.Digest) {
+			if !n.cache.Has(cache.KeyOf(c)) {
 				missing = append(missing, c)
 			}
 		}
@@ -421,7 +422,7 @@ func (r *recorder) Finish(complete bool) error {
 	}
 	if err != nil {
 		for _, d := range r.put {
-			_ = n.cache.Remove(d)
+			_ = n.cache.Remove(cache.SHA256(d))
 		}
 		if turn {
 			n.router.Abandon(key, []uint32{0})
@@ -431,7 +432,7 @@ func (r *recorder) Finish(complete bool) error {
 	ords := make([]uint32, t.Count())
 	for i, d := range t.Digests {
 		ords[i] = uint32(i)
-		n.hold.add(key, uint32(i), d)
+		n.hold.add(key, uint32(i), cache.SHA256(d))
 	}
 	n.plain.keep(t)
 	n.router.Announce(key, ords)

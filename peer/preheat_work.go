@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/sync/errgroup"
 
+	"damselfly/peer/cache"
 	"damselfly/proxy/upstream"
 	"damselfly/rafs"
 	rimage "damselfly/rafs/image"
@@ -168,12 +169,12 @@ func (p *Preheater) preheat(ctx context.Context, req *preheatwire.Request, c *pr
 			var miss []rafs.Chunk
 			var held []uint32
 			for _, ch := range batch {
-				if !n.cache.Has(ch.Digest) {
+				if !n.cache.Has(cache.KeyOf(ch)) {
 					miss = append(miss, ch)
 					continue
 				}
 				c.done(int(ch.CompressedSize))
-				if n.hold.add(b.digest, ch.Ordinal, ch.Digest) {
+				if n.hold.add(b.digest, ch.Ordinal, cache.KeyOf(ch)) {
 					held = append(held, ch.Ordinal)
 				}
 			}

@@ -24,8 +24,8 @@ type stallStore struct {
 	release chan struct{}
 }
 
-func (s *stallStore) Get(d rafs.Digest, dst []byte) (cache.Meta, []byte, error) {
-	if s.armed.Load() && d == s.at {
+func (s *stallStore) Get(d cache.Key, dst []byte) (cache.Meta, []byte, error) {
+	if s.armed.Load() && d.Digest == s.at {
 		s.stalls.Add(1)
 		<-s.release
 	}
@@ -182,7 +182,7 @@ func TestStalledOnlyHolderCutOff(t *testing.T) {
 	}
 	// A later read of chunks A holds goes around it at once.
 	c2 := slices.Clone(img.chunks[:1])
-	if err := c.cache.Remove(c2[0].Digest); err != nil {
+	if err := c.cache.Remove(cache.KeyOf(c2[0])); err != nil {
 		t.Fatal(err)
 	}
 	before := a.srv.Stats().Streams

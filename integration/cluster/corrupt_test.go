@@ -61,7 +61,7 @@ func corruptCache(t *testing.T, dir string) int {
 	}
 	defer cc.Close()
 	n := 0
-	for _, d := range cc.Digests() {
+	for _, d := range cc.Keys() {
 		m, stored, err := cc.Get(d, nil)
 		if err != nil {
 			continue

@@ -104,7 +104,7 @@ func BenchmarkReadChunk(b *testing.B) {
 			chunks := make([]testChunk, n)
 			for i := range chunks {
 				chunks[i] = makeChunk(uint64(i), benchChunk, compressed)
-				mustPut(b, c, chunks[i].ck.Digest, chunks[i].meta(), chunks[i].stored)
+				mustPut(b, c, KeyOf(chunks[i].ck), chunks[i].meta(), chunks[i].stored)
 			}
 			b.SetBytes(benchChunk)
 			dst := make([]byte, benchChunk)
@@ -129,7 +129,7 @@ func BenchmarkRescan(b *testing.B) {
 	var hb [headerSize]byte
 	for i := range uint64(n) {
 		d := fakeDigest(i)
-		encodeHeader(&hb, header{digest: d, meta: rawMeta(0)})
+		encodeHeader(&hb, header{key: d, meta: rawMeta(0)})
 		path := c.paths.entry(d)
 		if err := os.WriteFile(path, hb[:], 0o644); err != nil {
 			os.MkdirAll(c.paths.shard(d), 0o755)

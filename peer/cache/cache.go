@@ -7,8 +7,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-
-	"damselfly/rafs"
 )
 
 // Errors callers branch on.
@@ -60,9 +58,9 @@ type Cache struct {
 	// before the directory lock, and never while mu is held.
 	evictMu sync.Mutex
 
-	// onEvict, if set, is told the digests each eviction by this Cache
+	// onEvict, if set, is told the keys each eviction by this Cache
 	// deleted (SetEvictHook).
-	onEvict atomic.Pointer[func([]rafs.Digest)]
+	onEvict atomic.Pointer[func([]Key)]
 
 	// hot serves recently used entries from memory; nil when
 	// Config.HotBytes is 0 or the cache reads through the page cache.
@@ -116,7 +114,7 @@ func Open(cfg Config) (*Cache, error) {
 		}
 		// In a shard, as a temp file: if this process dies before
 		// deleting it, a later scan does.
-		if probe(c.paths.shard(rafs.Digest{})) {
+		if probe(c.paths.shard(Key{})) {
 			c.direct.Store(true)
 		} else {
 			c.log.Info("cache: the file system refuses direct I/O; reading and writing through the page cache", "dir", cfg.Dir)
@@ -132,12 +130,12 @@ func Open(cfg Config) (*Cache, error) {
 }
 
 // SetEvictHook has f told, after each eviction by this Cache, the
-// digests of the entries it deleted (not those other processes sharing
+// keys of the entries it deleted (not those other processes sharing
 // the directory delete). f is called on the goroutine that evicted (often
 // one in Put) before that eviction ends, without the index lock held: it
 // may call the Cache's readers (Has, Get), and it should be quick.
 // A nil f removes the hook.
-func (c *Cache) SetEvictHook(f func(digests []rafs.Digest)) {
+func (c *Cache) SetEvictHook(f func(keys []Key)) {
 	if f == nil {
 		c.onEvict.Store(nil)
 		return
@@ -147,7 +145,7 @@ func (c *Cache) SetEvictHook(f func(digests []rafs.Digest)) {
 
 // Close marks the cache closed, after waiting for an eviction in progress
 // to finish. Later calls of other methods return ErrClosed (Has returns
-// false, Digests nil); Stats keeps working. Close is idempotent and returns
+// false, Keys nil); Stats keeps working. Close is idempotent and returns
 // nil: the cache holds no open files between calls.
 func (c *Cache) Close() error {
 	c.evictMu.Lock()
@@ -156,24 +154,24 @@ func (c *Cache) Close() error {
 	return nil
 }
 
-// Digests returns every digest in this process's index, least recently
-// used first: what it put, read or found at its last scan. Entries other
+// Keys returns the key of every entry in this process's index, least
+// recently used first: what it put, read or found at its last scan. Entries other
 // processes added since are missing, and entries deleted by hand are
 // present until something notices; call Rescan first for the directory's
 // current holdings. The slice is the caller's.
-func (c *Cache) Digests() []rafs.Digest {
+func (c *Cache) Keys() []Key {
 	if c.closed.Load() {
 		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.idx.digests()
+	return c.idx.keys()
 }
 
-// forget drops d from the index, when its file is gone.
-func (c *Cache) forget(d rafs.Digest) {
+// forget drops k from the index, when its file is gone.
+func (c *Cache) forget(k Key) {
 	c.mu.Lock()
-	c.idx.remove(d)
+	c.idx.remove(k)
 	c.mu.Unlock()
-	c.hot.forget(d)
+	c.hot.forget(k)
 }

@@ -41,7 +41,7 @@ func TestRoundTrip(t *testing.T) {
 // ReadChunk), checking bytes, metadata, counters and the file's length.
 func roundTrip(t *testing.T, c *Cache, tc testChunk, dst []byte, direct bool) {
 	t.Helper()
-	d := tc.ck.Digest
+	d := tc.ckKey()
 	if c.Has(d) {
 		t.Fatal("Has before Put: got true")
 	}
@@ -132,7 +132,7 @@ func TestReopenScansEntries(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	c := openTest(t, Config{Dir: dir})
-	var want []rafs.Digest
+	var want []Key
 	for i := range uint64(20) {
 		d := fakeDigest(i)
 		mustPut(t, c, d, rawMeta(100), content(i, 100))
@@ -141,9 +141,9 @@ func TestReopenScansEntries(t *testing.T) {
 	c.Close()
 
 	c2 := openTest(t, Config{Dir: dir})
-	got := c2.Digests()
-	slices.SortFunc(got, func(a, b rafs.Digest) int { return bytes.Compare(a[:], b[:]) })
-	slices.SortFunc(want, func(a, b rafs.Digest) int { return bytes.Compare(a[:], b[:]) })
+	got := c2.Keys()
+	slices.SortFunc(got, func(a, b Key) int { return bytes.Compare(a.Digest[:], b.Digest[:]) })
+	slices.SortFunc(want, func(a, b Key) int { return bytes.Compare(a.Digest[:], b.Digest[:]) })
 	if !slices.Equal(got, want) {
 		t.Errorf("digests after reopen: got %d, want %d", len(got), len(want))
 	}
@@ -177,7 +177,7 @@ func TestClosed(t *testing.T) {
 	if err := c.Rescan(); !errors.Is(err, ErrClosed) {
 		t.Errorf("Rescan: got %v, want ErrClosed", err)
 	}
-	if c.Has(d) || c.Digests() != nil {
+	if c.Has(d) || c.Keys() != nil {
 		t.Error("Has or Digests after Close: want false and nil")
 	}
 	if s := c.Stats(); s.Puts != 1 {

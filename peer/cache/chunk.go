@@ -14,8 +14,11 @@ var storedPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // ReadChunk fills dst (len(dst) == int(ck.Size)) with ck's content from
 // the cache, decoded and verified against ck.Digest with rafs.DecodeChunk.
-// The entry's stored form need not be ck's: the same content may be cached
-// raw from one blob and compressed from another, and either serves.
+// The entry is looked up by KeyOf(ck), digest and algorithm: an entry of
+// the same digest under the other algorithm is a miss, never read nor
+// deleted. The entry's stored form need not be ck's: the same content may
+// be cached raw from one blob and compressed from another, and either
+// serves.
 //
 // It returns ErrNotFound (possibly wrapped) when the cache does not hold
 // the chunk, and also when the entry fails verification: then the entry is
@@ -30,10 +33,11 @@ func (c *Cache) ReadChunk(ck rafs.Chunk, dst []byte) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
+	k := KeyOf(ck)
 	var herr error
-	if c.hot.get(ck.Digest, func(m Meta, stored []byte, kept time.Time) {
+	if c.hot.get(k, func(m Meta, stored []byte, kept time.Time) {
 		if herr = decodeStored(ck, m, stored, dst); herr == nil {
-			c.usedHot(ck.Digest, kept)
+			c.usedHot(k, kept)
 		}
 	}) {
 		if herr == nil {
@@ -41,10 +45,10 @@ func (c *Cache) ReadChunk(ck rafs.Chunk, dst []byte) error {
 		}
 		// What hot holds was read from or written to the file, so the
 		// file fails too: read it, for readFailed to deal with.
-		c.hot.forget(ck.Digest)
+		c.hot.forget(k)
 	}
-	path := c.paths.entry(ck.Digest)
-	e, err := openEntry(path, ck.Digest, c.direct.Load())
+	path := c.paths.entry(k)
+	e, err := openEntry(path, k, c.direct.Load())
 	if e != nil {
 		defer e.Close()
 	}
@@ -53,9 +57,9 @@ func (c *Cache) ReadChunk(ck rafs.Chunk, dst []byte) error {
 	}
 	if err != nil {
 		c.n.misses.Add(1)
-		return c.readFailed(ck.Digest, path, e, err)
+		return c.readFailed(k, path, e, err)
 	}
-	c.used(ck.Digest, path, e.fi)
+	c.used(k, path, e.fi)
 	c.n.hits.Add(1)
 	return nil
 }
@@ -107,5 +111,5 @@ func decodeStored(ck rafs.Chunk, m Meta, stored, dst []byte) error {
 // Put does, with the metadata ck gives.
 func (c *Cache) PutChunk(ck rafs.Chunk, stored []byte) error {
 	m := Meta{Compressed: ck.Compressed(), Size: ck.Size, StoredSize: ck.CompressedSize}
-	return c.Put(ck.Digest, m, stored)
+	return c.Put(KeyOf(ck), m, stored)
 }

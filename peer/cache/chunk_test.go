@@ -28,18 +28,18 @@ func TestReadChunk(t *testing.T) {
 		{"cached compressed, read as raw", func(c *Cache) error { return c.PutChunk(zst.ck, zst.stored) }, raw.ck, nil, false, true},
 		{"absent", func(c *Cache) error { return nil }, raw.ck, ErrNotFound, false, false},
 		{"wrong payload", func(c *Cache) error {
-			return c.Put(raw.ck.Digest, other.meta(), other.stored)
+			return c.Put(KeyOf(raw.ck), other.meta(), other.stored)
 		}, raw.ck, ErrNotFound, true, false},
 		{"wrong compressed payload", func(c *Cache) error {
 			bad := append([]byte(nil), zst.stored...)
 			bad[len(bad)/2] ^= 1
-			return c.Put(zst.ck.Digest, zst.meta(), bad)
+			return c.Put(KeyOf(zst.ck), zst.meta(), bad)
 		}, zst.ck, ErrNotFound, true, false},
 		{"not zstd", func(c *Cache) error {
-			return c.Put(zst.ck.Digest, Meta{Compressed: true, Size: zst.ck.Size, StoredSize: 100}, make([]byte, 100))
+			return c.Put(KeyOf(zst.ck), Meta{Compressed: true, Size: zst.ck.Size, StoredSize: 100}, make([]byte, 100))
 		}, zst.ck, ErrNotFound, true, false},
 		{"wrong size", func(c *Cache) error {
-			return c.Put(raw.ck.Digest, rawMeta(100), make([]byte, 100))
+			return c.Put(KeyOf(raw.ck), rawMeta(100), make([]byte, 100))
 		}, raw.ck, ErrNotFound, true, false},
 	}
 	for _, tt := range tests {
@@ -61,7 +61,7 @@ func TestReadChunk(t *testing.T) {
 			if bad := s.Corrupt == 1; bad != tt.wantBad {
 				t.Errorf("Corrupt: got %d, want bad entry %v", s.Corrupt, tt.wantBad)
 			}
-			if got := exists(c.paths.entry(tt.read.Digest)); got != tt.wantEntry {
+			if got := exists(c.paths.entry(KeyOf(tt.read))); got != tt.wantEntry {
 				t.Errorf("entry exists: got %v, want %v", got, tt.wantEntry)
 			}
 			if tt.wantErr == nil && (s.Hits != 1 || s.Misses != 0) || tt.wantErr != nil && (s.Hits != 0 || s.Misses != 1) {
@@ -75,12 +75,12 @@ func TestReadChunkWrongBuffer(t *testing.T) {
 	t.Parallel()
 	c := openTest(t, Config{})
 	tc := makeChunk(1, 4096, false)
-	mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
+	mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 	err := c.ReadChunk(tc.ck, make([]byte, 10))
 	if err == nil || errors.Is(err, ErrNotFound) {
 		t.Fatalf("got %v, want a buffer error that is not ErrNotFound", err)
 	}
-	if !exists(c.paths.entry(tc.ck.Digest)) {
+	if !exists(c.paths.entry(KeyOf(tc.ck))) {
 		t.Error("a caller's mistake deleted a good entry")
 	}
 }

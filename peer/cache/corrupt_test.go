@@ -65,12 +65,12 @@ func TestCorruptEntries(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c := openTest(t, Config{})
-			mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
-			mustPut(t, c, other.ck.Digest, other.meta(), other.stored)
-			path := c.paths.entry(tc.ck.Digest)
-			tt.damage(t, path, c.paths.entry(other.ck.Digest))
+			mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
+			mustPut(t, c, KeyOf(other.ck), other.meta(), other.stored)
+			path := c.paths.entry(KeyOf(tc.ck))
+			tt.damage(t, path, c.paths.entry(KeyOf(other.ck)))
 
-			_, _, err := c.Get(tc.ck.Digest, nil)
+			_, _, err := c.Get(KeyOf(tc.ck), nil)
 			wantNotFound(t, "Get", err)
 			if exists(path) {
 				t.Error("corrupt entry still exists")
@@ -78,12 +78,12 @@ func TestCorruptEntries(t *testing.T) {
 			if s := c.Stats(); s.Corrupt != 1 || s.Misses != 1 || s.Hits != 0 || s.Entries != 1 {
 				t.Errorf("stats: got %+v, want 1 corrupt, 1 miss, 1 entry left", s)
 			}
-			if _, got, err := c.Get(other.ck.Digest, nil); err != nil || !bytes.Equal(got, other.stored) {
+			if _, got, err := c.Get(KeyOf(other.ck), nil); err != nil || !bytes.Equal(got, other.stored) {
 				t.Errorf("the other entry: got %v, want it intact", err)
 			}
 			// The chunk can be stored again.
-			mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
-			if _, got, err := c.Get(tc.ck.Digest, nil); err != nil || !bytes.Equal(got, tc.stored) {
+			mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
+			if _, got, err := c.Get(KeyOf(tc.ck), nil); err != nil || !bytes.Equal(got, tc.stored) {
 				t.Errorf("Get after Put again: %v", err)
 			}
 		})
@@ -98,7 +98,7 @@ func TestScanDeletesImpossibleSizes(t *testing.T) {
 	mustPut(t, c, good, rawMeta(100), content(1, 100))
 	c.Close()
 	p := newPaths(dir)
-	for _, d := range []rafs.Digest{small, big} {
+	for _, d := range []Key{small, big} {
 		os.MkdirAll(p.shard(d), 0o755)
 	}
 	writeFile(t, p.entry(small), make([]byte, headerSize-1))
@@ -123,7 +123,7 @@ func TestScanDeletesImpossibleSizes(t *testing.T) {
 // must return them only if they are a valid entry, and never panic.
 func FuzzGetHostileFile(f *testing.F) {
 	var b [headerSize]byte
-	encodeHeader(&b, header{digest: fakeDigest(1), meta: rawMeta(4)})
+	encodeHeader(&b, header{key: fakeDigest(1), meta: rawMeta(4)})
 	f.Add(b[:])
 	f.Add(append(b[:], 1, 2, 3, 4))
 	f.Add([]byte("DFLYCHNK"))

@@ -20,8 +20,8 @@ func TestCrashLeftovers(t *testing.T) {
 	// A complete entry image, written the way a crashed writer would have
 	// left it: only in a temp file.
 	var hb [headerSize]byte
-	encodeHeader(&hb, header{digest: stale, meta: rawMeta(4096)})
-	tempOf := func(d [32]byte, suffix string) string {
+	encodeHeader(&hb, header{key: stale, meta: rawMeta(4096)})
+	tempOf := func(d Key, suffix string) string {
 		os.MkdirAll(p.shard(d), 0o755)
 		return p.entry(d)[:len(p.entry(d))-64] + tempPrefix + filepath.Base(p.entry(d)) + "-" + suffix
 	}
@@ -48,14 +48,14 @@ func TestCrashLeftovers(t *testing.T) {
 	if exists(p.entry(torn)) {
 		t.Error("torn entry survived Open")
 	}
-	for name, d := range map[string][32]byte{"stale": stale, "fresh": fresh, "torn": torn} {
+	for name, d := range map[string]Key{"stale": stale, "fresh": fresh, "torn": torn} {
 		_, _, err := c.Get(d, nil)
 		wantNotFound(t, "Get "+name, err)
 		if c.Has(d) {
 			t.Errorf("Has %s: got true", name)
 		}
 	}
-	if got := c.Digests(); len(got) != 0 {
+	if got := c.Keys(); len(got) != 0 {
 		t.Errorf("Digests: got %d, want none", len(got))
 	}
 	if s := c.Stats(); s.Corrupt != 1 {

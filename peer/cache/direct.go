@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"damselfly/rafs"
 )
 
 // directAlign is what direct I/O needs file offsets, lengths and memory
@@ -56,8 +58,7 @@ func isDirectRefused(err error) bool { return errors.Is(err, syscall.EINVAL) }
 // there (named as the all-zero digest's) and deleting it. Only a refusal (EINVAL) counts as no: any other
 // error (no space, no permission) is for the real writes to report.
 func probeDirect(dir string) bool {
-	var zero [32]byte
-	f, name, err := createTemp(dir, zero, syscall.O_DIRECT)
+	f, name, err := createTemp(dir, SHA256(rafs.Digest{}), syscall.O_DIRECT)
 	if err != nil {
 		return !isDirectRefused(err)
 	}

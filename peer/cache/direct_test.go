@@ -44,8 +44,8 @@ func TestDirectSharedWithBuffered(t *testing.T) {
 		if i%2 == 1 {
 			w, r = buffered, direct
 		}
-		mustPut(t, w, tc.ck.Digest, tc.meta(), tc.stored)
-		_, got, err := r.Get(tc.ck.Digest, nil)
+		mustPut(t, w, KeyOf(tc.ck), tc.meta(), tc.stored)
+		_, got, err := r.Get(KeyOf(tc.ck), nil)
 		if err != nil || !bytes.Equal(got, tc.stored) {
 			t.Fatalf("chunk %d: Get from the other cache: %d bytes, %v", i, len(got), err)
 		}
@@ -54,10 +54,10 @@ func TestDirectSharedWithBuffered(t *testing.T) {
 			t.Fatalf("chunk %d: ReadChunk from the other cache: %v", i, err)
 		}
 	}
-	if err := buffered.Remove(chunks[0].ck.Digest); err != nil {
+	if err := buffered.Remove(chunks[0].ckKey()); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := direct.Get(chunks[0].ck.Digest, nil)
+	_, _, err := direct.Get(chunks[0].ckKey(), nil)
 	wantNotFound(t, "Get after the other cache removed it", err)
 	if tf := tempFiles(t, dir); len(tf) != 0 {
 		t.Errorf("temp files left: %v", tf)
@@ -95,7 +95,7 @@ func TestDirectReadDamaged(t *testing.T) {
 	t.Parallel()
 	c := openTest(t, Config{})
 	tc := makeChunk(1, 9000, false)
-	path := c.paths.entry(tc.ck.Digest)
+	path := c.paths.entry(KeyOf(tc.ck))
 	damage := []struct {
 		name string
 		do   func(t *testing.T)
@@ -122,9 +122,9 @@ func TestDirectReadDamaged(t *testing.T) {
 		}},
 	}
 	for _, dm := range damage {
-		mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
+		mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 		dm.do(t)
-		_, _, err := c.Get(tc.ck.Digest, nil)
+		_, _, err := c.Get(KeyOf(tc.ck), nil)
 		wantNotFound(t, dm.name, err)
 		if exists(path) {
 			t.Errorf("%s: the damaged entry is still there", dm.name)

@@ -2,11 +2,13 @@
 // every chunk the node has fetched, shared by the mount daemons and the peer
 // daemon so that a chunk is stored once per node.
 //
-// Entries are content addressed by the chunk digest (sha256 of the
-// uncompressed bytes) and hold the chunk's stored bytes as they are in the
-// blob, behind a small checksummed header; CACHE.md documents the layout.
-// The parts:
+// Entries are content addressed by a Key: the chunk digest (of the
+// uncompressed bytes) and its algorithm, SHA-256 or BLAKE3, both part of
+// the chunk's identity; a lookup under the other algorithm is a miss.
+// They hold the chunk's stored bytes as they are in the blob, behind a
+// small checksummed header; CACHE.md documents the layout. The parts:
 //
+//   - key.go is Key, an entry's identity.
 //   - format.go encodes and checks the entry header; paths.go names files.
 //   - entry.go reads and writes one entry file: temp file and rename to
 //     write, header, size and CRC checks to read.

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -12,8 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"syscall"
-
-	"damselfly/rafs"
 )
 
 // entryFile is an open entry whose header and length have been checked.
@@ -27,7 +24,7 @@ type entryFile struct {
 	whole *[]byte
 }
 
-// openEntry opens the entry file at path for d. The error satisfies
+// openEntry opens the entry file at path for k. The error satisfies
 // isNotExist when there is no such file (or no directory above it), wraps
 // errCorrupt when the file fails a check, and is an I/O error otherwise.
 // Symlinks are not followed: an entry is always a regular file. If the
@@ -38,7 +35,7 @@ type entryFile struct {
 // With direct set, the file is read with direct I/O (O_DIRECT), whole and
 // at once, past the page cache; where the kernel refuses that, it is read
 // buffered.
-func openEntry(path string, d rafs.Digest, direct bool) (*entryFile, error) {
+func openEntry(path string, k Key, direct bool) (*entryFile, error) {
 	flags := os.O_RDONLY | syscall.O_NOFOLLOW
 	if direct {
 		flags |= syscall.O_DIRECT
@@ -55,7 +52,7 @@ func openEntry(path string, d rafs.Digest, direct bool) (*entryFile, error) {
 		return nil, err
 	}
 	e := &entryFile{f: f}
-	return e, e.check(d, direct)
+	return e, e.check(k, direct)
 }
 
 // check reads and checks the header and the file's length, before anything
@@ -64,7 +61,7 @@ func openEntry(path string, d rafs.Digest, direct bool) (*entryFile, error) {
 // A direct read takes the whole file (at most maxEntrySize, checked
 // first) in one call, payload included: one request to the device
 // instead of two.
-func (e *entryFile) check(d rafs.Digest, direct bool) error {
+func (e *entryFile) check(k Key, direct bool) error {
 	fi, err := e.f.Stat()
 	if err != nil {
 		return err
@@ -93,8 +90,8 @@ func (e *entryFile) check(d rafs.Digest, direct bool) error {
 	if err != nil {
 		return err
 	}
-	if h.digest != d {
-		return corruptf("header names %s", h.digest)
+	if h.key != k {
+		return corruptf("header names %s", h.key)
 	}
 	if want := int64(headerSize) + int64(h.meta.StoredSize); fi.Size() != want {
 		return corruptf("file of %d bytes, header says %d", fi.Size(), want)
@@ -175,12 +172,12 @@ func writeEntry(shard, final string, h header, stored []byte, direct bool) error
 	if direct {
 		flags = syscall.O_DIRECT
 	}
-	f, tmp, err := createTemp(shard, h.digest, flags)
+	f, tmp, err := createTemp(shard, h.key, flags)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(shard, 0o755); err != nil {
 			return err
 		}
-		f, tmp, err = createTemp(shard, h.digest, flags)
+		f, tmp, err = createTemp(shard, h.key, flags)
 	}
 	if err != nil {
 		return err
@@ -227,11 +224,11 @@ func writeDirect(f *os.File, h header, stored []byte) error {
 	return f.Truncate(int64(size))
 }
 
-// createTemp creates a new temp file for d's entry in dir, readable by the
+// createTemp creates a new temp file for k's entry in dir, readable by the
 // other processes that share the cache, with the extra open flags given.
-func createTemp(dir string, d rafs.Digest, flags int) (*os.File, string, error) {
+func createTemp(dir string, k Key, flags int) (*os.File, string, error) {
 	for range 10 {
-		name := dir + "/" + tempPrefix + hex.EncodeToString(d[:]) + "-" + strconv.FormatUint(rand.Uint64(), 36)
+		name := dir + "/" + tempPrefix + entryName(k) + "-" + strconv.FormatUint(rand.Uint64(), 36)
 		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|flags, 0o644)
 		if errors.Is(err, fs.ErrExist) {
 			continue

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"time"
-
-	"damselfly/rafs"
 )
 
 // Rescan rebuilds the index from the directory and, if the directory holds
@@ -52,8 +50,8 @@ func (c *Cache) evictFromPut() {
 var afterScan func()
 
 type victim struct {
-	digest rafs.Digest
-	size   int64
+	key  Key
+	size int64
 }
 
 // rescanLocked is Rescan; the caller holds evictMu.
@@ -113,23 +111,23 @@ func (c *Cache) rescanLocked() error {
 // unlink deletes the victims' files and counts what it deleted. A file
 // already gone was deleted by someone else and is not counted.
 func (c *Cache) unlink(victims []victim) (n int, bytes int64) {
-	var gone []rafs.Digest
+	var gone []Key
 	defer func() {
 		if f := c.onEvict.Load(); f != nil && len(gone) > 0 {
 			(*f)(gone)
 		}
 	}()
 	for _, v := range victims {
-		err := os.Remove(c.paths.entry(v.digest))
-		c.hot.forget(v.digest)
+		err := os.Remove(c.paths.entry(v.key))
+		c.hot.forget(v.key)
 		switch {
 		case err == nil:
 			n++
 			bytes += v.size
-			gone = append(gone, v.digest)
+			gone = append(gone, v.key)
 		case !isNotExist(err):
 			c.n.errors.Add(1)
-			c.log.Warn("cache: evict", "digest", v.digest, "err", fmt.Errorf("unlink: %w", err))
+			c.log.Warn("cache: evict", "key", v.key, "err", fmt.Errorf("unlink: %w", err))
 		}
 	}
 	c.n.evictions.Add(uint64(n))

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"damselfly/rafs"
 )
 
 const (
@@ -104,13 +102,13 @@ func TestTwoProcesses(t *testing.T) {
 
 	// Each reads what the other wrote.
 	shared := makeChunk(1000, evSize, true)
-	mustPut(t, caches[0], shared.ck.Digest, shared.meta(), shared.stored)
+	mustPut(t, caches[0], shared.ckKey(), shared.meta(), shared.stored)
 	dst := make([]byte, evSize)
 	if err := caches[1].ReadChunk(shared.ck, dst); err != nil || !bytes.Equal(dst, shared.data) {
 		t.Fatalf("b reads a's entry: %v", err)
 	}
 	other := makeChunk(1001, evSize, false)
-	mustPut(t, caches[1], other.ck.Digest, other.meta(), other.stored)
+	mustPut(t, caches[1], other.ckKey(), other.meta(), other.stored)
 	if err := caches[0].ReadChunk(other.ck, dst); err != nil || !bytes.Equal(dst, other.data) {
 		t.Fatalf("a reads b's entry: %v", err)
 	}
@@ -173,7 +171,7 @@ func TestTwoProcesses(t *testing.T) {
 	// After a rescan both indexes match the directory.
 	for i, c := range caches {
 		c.Rescan()
-		for _, d := range c.Digests() {
+		for _, d := range c.Keys() {
 			if _, _, err := c.Get(d, nil); err != nil && !errors.Is(err, ErrNotFound) {
 				t.Fatalf("cache %d Get: %v", i, err)
 			}
@@ -187,13 +185,13 @@ func TestEvictionKeepsOpenReads(t *testing.T) {
 	t.Parallel()
 	c := openTest(t, Config{})
 	tc := makeChunk(1, evSize, false)
-	mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
-	e, err := openEntry(c.paths.entry(tc.ck.Digest), tc.ck.Digest, c.direct.Load())
+	mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
+	e, err := openEntry(c.paths.entry(KeyOf(tc.ck)), tc.ckKey(), c.direct.Load())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if err := c.Remove(tc.ck.Digest); err != nil {
+	if err := c.Remove(KeyOf(tc.ck)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := e.readPayload(nil)
@@ -205,7 +203,7 @@ func TestEvictionKeepsOpenReads(t *testing.T) {
 func wantPresent(t *testing.T, c *Cache, want map[uint64]bool) {
 	t.Helper()
 	for i, present := range want {
-		var d rafs.Digest = fakeDigest(i)
+		var d Key = fakeDigest(i)
 		if got := c.Has(d); got != present {
 			t.Errorf("entry %d present: got %v, want %v", i, got, present)
 		}

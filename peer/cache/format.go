@@ -12,13 +12,23 @@ import (
 // The entry file layout; CACHE.md documents every byte. Integers are little
 // endian. The header is fixed size so that a reader checks it, and the
 // file's length, before allocating anything for the payload.
+//
+// Version 2 added flag bit 1, the digest is BLAKE3's: a version 1 entry is
+// always SHA-256's. A SHA-256 entry is still written as version 1, so that
+// processes of the release before, which share the directory and refuse
+// any other version, keep reading it; only a BLAKE3 entry, which they
+// never look up by its name (see paths.go), is version 2, and a version
+// 2 header without the flag is refused: one key, one encoding.
 const (
-	magic         = "DFLYCHNK"
-	formatVersion = 1
-	headerSize    = 64
+	magic      = "DFLYCHNK"
+	version1   = 1
+	version2   = 2
+	headerSize = 64
 
 	flagCompressed uint16 = 1 << 0
-	knownFlags            = flagCompressed
+	flagBlake3     uint16 = 1 << 1
+	knownFlagsV1          = flagCompressed
+	knownFlagsV2          = flagCompressed | flagBlake3
 
 	// maxStored bounds the stored bytes of one entry, and so with the
 	// header the size of any file the cache reads.
@@ -51,7 +61,7 @@ func corruptf(format string, args ...any) error {
 
 // header is the decoded entry header.
 type header struct {
-	digest     rafs.Digest
+	key        Key
 	meta       Meta
 	payloadCRC uint32 // CRC32-C of the stored bytes
 }
@@ -61,16 +71,21 @@ func encodeHeader(b *[headerSize]byte, h header) {
 	le := binary.LittleEndian
 	*b = [headerSize]byte{}
 	copy(b[offMagic:], magic)
-	le.PutUint16(b[offVersion:], formatVersion)
+	version := uint16(version1)
 	var flags uint16
 	if h.meta.Compressed {
 		flags |= flagCompressed
 	}
+	if h.key.Algo == rafs.DigestBlake3 {
+		flags |= flagBlake3
+		version = version2
+	}
+	le.PutUint16(b[offVersion:], version)
 	le.PutUint16(b[offFlags:], flags)
 	le.PutUint32(b[offSize:], h.meta.Size)
 	le.PutUint32(b[offStoredSize:], h.meta.StoredSize)
 	le.PutUint32(b[offPayloadCRC:], h.payloadCRC)
-	copy(b[offDigest:], h.digest[:])
+	copy(b[offDigest:], h.key.Digest[:])
 	le.PutUint32(b[offHeaderCRC:], crc32.Checksum(b[:offHeaderCRC], castagnoli))
 }
 
@@ -86,12 +101,20 @@ func decodeHeader(b []byte) (header, error) {
 	if got, want := le.Uint32(b[offHeaderCRC:]), crc32.Checksum(b[:offHeaderCRC], castagnoli); got != want {
 		return header{}, corruptf("header crc %08x, want %08x", got, want)
 	}
-	if v := le.Uint16(b[offVersion:]); v != formatVersion {
-		return header{}, corruptf("version %d, want %d", v, formatVersion)
+	known := knownFlagsV1
+	switch v := le.Uint16(b[offVersion:]); v {
+	case version1:
+	case version2:
+		known = knownFlagsV2
+	default:
+		return header{}, corruptf("version %d, want %d or %d", v, version1, version2)
 	}
 	flags := le.Uint16(b[offFlags:])
-	if flags&^knownFlags != 0 {
+	if flags&^known != 0 {
 		return header{}, corruptf("unknown flags %#x", flags)
+	}
+	if known == knownFlagsV2 && flags&flagBlake3 == 0 {
+		return header{}, corruptf("version 2 for a SHA-256 entry")
 	}
 	if r := le.Uint32(b[offReserved:]); r != 0 {
 		return header{}, corruptf("reserved field %#x, want 0", r)
@@ -104,7 +127,11 @@ func decodeHeader(b []byte) (header, error) {
 		},
 		payloadCRC: le.Uint32(b[offPayloadCRC:]),
 	}
-	copy(h.digest[:], b[offDigest:])
+	h.key.Algo = rafs.DigestSHA256
+	if flags&flagBlake3 != 0 {
+		h.key.Algo = rafs.DigestBlake3
+	}
+	copy(h.key.Digest[:], b[offDigest:])
 	if err := h.meta.check(); err != nil {
 		return header{}, fmt.Errorf("%w: %w", errCorrupt, err)
 	}

@@ -22,7 +22,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			want := header{digest: fakeDigest(7), meta: tt.meta, payloadCRC: 0xdeadbeef}
+			want := header{key: fakeDigest(7), meta: tt.meta, payloadCRC: 0xdeadbeef}
 			var b [headerSize]byte
 			encodeHeader(&b, want)
 			got, err := decodeHeader(b[:])
@@ -51,7 +51,10 @@ func TestDecodeHeaderRejects(t *testing.T) {
 		{"short", func(b []byte) []byte { return b[:headerSize-1] }},
 		{"magic", func(b []byte) []byte { b[0] ^= 1; resum(b); return b }},
 		{"header crc", func(b []byte) []byte { b[offSize] ^= 1; return b }},
-		{"version", func(b []byte) []byte { le.PutUint16(b[offVersion:], 2); resum(b); return b }},
+		{"version", func(b []byte) []byte { le.PutUint16(b[offVersion:], 3); resum(b); return b }},
+		{"version 2 without blake3", func(b []byte) []byte { le.PutUint16(b[offVersion:], 2); resum(b); return b }},
+		{"blake3 in version 1", func(b []byte) []byte { le.PutUint16(b[offFlags:], flagBlake3); resum(b); return b }},
+		{"unknown flag", func(b []byte) []byte { le.PutUint16(b[offFlags:], 1<<2); resum(b); return b }},
 		{"unknown flag", func(b []byte) []byte { le.PutUint16(b[offFlags:], 1<<3); resum(b); return b }},
 		{"reserved", func(b []byte) []byte { le.PutUint32(b[offReserved:], 1); resum(b); return b }},
 		{"huge size", func(b []byte) []byte { le.PutUint32(b[offSize:], 1<<31); resum(b); return b }},
@@ -72,7 +75,7 @@ func TestDecodeHeaderRejects(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b [headerSize]byte
-			encodeHeader(&b, header{digest: fakeDigest(1), meta: rawMeta(4096)})
+			encodeHeader(&b, header{key: fakeDigest(1), meta: rawMeta(4096)})
 			_, err := decodeHeader(tt.mutate(b[:]))
 			if !errors.Is(err, errCorrupt) {
 				t.Errorf("got %v, want errCorrupt", err)
@@ -83,9 +86,11 @@ func TestDecodeHeaderRejects(t *testing.T) {
 
 func FuzzDecodeHeader(f *testing.F) {
 	var b [headerSize]byte
-	encodeHeader(&b, header{digest: fakeDigest(1), meta: rawMeta(4096), payloadCRC: 5})
+	encodeHeader(&b, header{key: fakeDigest(1), meta: rawMeta(4096), payloadCRC: 5})
 	f.Add(b[:])
-	encodeHeader(&b, header{digest: fakeDigest(2), meta: Meta{Compressed: true, Size: 1 << 20, StoredSize: 99}})
+	encodeHeader(&b, header{key: fakeDigest(2), meta: Meta{Compressed: true, Size: 1 << 20, StoredSize: 99}})
+	f.Add(b[:])
+	encodeHeader(&b, header{key: Key{Algo: rafs.DigestBlake3, Digest: fakeDigest(3).Digest}, meta: rawMeta(4096)})
 	f.Add(b[:])
 	f.Add(make([]byte, headerSize))
 	f.Fuzz(func(t *testing.T, in []byte) {

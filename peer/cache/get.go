@@ -7,42 +7,44 @@ import (
 	"os"
 	"syscall"
 	"time"
-
-	"damselfly/rafs"
 )
 
 // touchInterval throttles the mtime refresh that makes a read visible to
 // other processes' eviction: at most one utimensat per entry per interval.
 const touchInterval = time.Minute
 
-// Get appends d's stored bytes to dst[:0] and returns them with their
+// Get appends k's stored bytes to dst[:0] and returns them with their
 // metadata. The result aliases dst when its capacity suffices; the cache
 // keeps no reference to either. Get checks the header and the payload's
 // CRC32-C, not the chunk digest (ReadChunk does).
 //
-// It returns ErrNotFound when the cache does not hold d: never put,
+// It returns ErrNotFound when the cache does not hold k: never put,
 // evicted, deleted by hand (even the whole directory), or deleted by Get
 // itself because the file failed a check (counted in Stats.Corrupt). Other
 // errors are I/O failures of the cache's disk; callers treat them as a
-// miss too. A hit makes d the most recently used entry, here and, through
+// miss too. An entry of the same digest under the other algorithm is not
+// k's: Get misses, and leaves it alone. A hit makes k the most recently used entry, here and, through
 // the file's mtime (refreshed at most once a minute), for every process
 // that shares the directory. Get may block on disk I/O; it is safe for
 // concurrent use, also with eviction: a file unlinked while it is read
 // stays readable.
-func (c *Cache) Get(d rafs.Digest, dst []byte) (Meta, []byte, error) {
+func (c *Cache) Get(k Key, dst []byte) (Meta, []byte, error) {
 	if c.closed.Load() {
 		return Meta{}, nil, ErrClosed
 	}
+	if !k.valid() {
+		return Meta{}, nil, fmt.Errorf("%w: %s: unknown digest algorithm", ErrNotFound, k)
+	}
 	var m Meta
 	var out []byte
-	if c.hot.get(d, func(hm Meta, stored []byte, kept time.Time) {
+	if c.hot.get(k, func(hm Meta, stored []byte, kept time.Time) {
 		m, out = hm, append(dst[:0], stored...)
-		c.usedHot(d, kept)
+		c.usedHot(k, kept)
 	}) {
 		return m, out, nil
 	}
-	path := c.paths.entry(d)
-	e, err := openEntry(path, d, c.direct.Load())
+	path := c.paths.entry(k)
+	e, err := openEntry(path, k, c.direct.Load())
 	if e != nil {
 		defer e.Close()
 	}
@@ -51,69 +53,69 @@ func (c *Cache) Get(d rafs.Digest, dst []byte) (Meta, []byte, error) {
 	}
 	if err != nil {
 		c.n.misses.Add(1)
-		return Meta{}, nil, c.readFailed(d, path, e, err)
+		return Meta{}, nil, c.readFailed(k, path, e, err)
 	}
-	c.used(d, path, e.fi)
+	c.used(k, path, e.fi)
 	c.n.hits.Add(1)
-	c.hot.keep(d, e.hdr.meta, out)
+	c.hot.keep(k, e.hdr.meta, out)
 	return e.hdr.meta, out, nil
 }
 
-// usedHot records a hit on d served from hot memory, whose file's mtime
+// usedHot records a hit on k served from hot memory, whose file's mtime
 // was last refreshed (by this Cache) at kept: most recently used in the
 // index, and in the file's mtime when kept is older than touchInterval.
-func (c *Cache) usedHot(d rafs.Digest, kept time.Time) {
+func (c *Cache) usedHot(k Key, kept time.Time) {
 	now := time.Now()
 	if now.Sub(kept) >= touchInterval {
-		_ = os.Chtimes(c.paths.entry(d), time.Time{}, now)
-		c.hot.touched(d, now)
+		_ = os.Chtimes(c.paths.entry(k), time.Time{}, now)
+		c.hot.touched(k, now)
 	}
 	c.mu.Lock()
-	c.idx.touch(d, now.UnixNano())
+	c.idx.touch(k, now.UnixNano())
 	c.mu.Unlock()
 	c.n.hits.Add(1)
 	c.n.hotHits.Add(1)
 }
 
-// Has reports whether an entry file for d exists now, in this process's
+// Has reports whether an entry file for k exists now, in this process's
 // index or not. It does not read or check the file, nor count as a use.
-func (c *Cache) Has(d rafs.Digest) bool {
-	if c.closed.Load() {
+func (c *Cache) Has(k Key) bool {
+	if c.closed.Load() || !k.valid() {
 		return false
 	}
-	fi, err := os.Lstat(c.paths.entry(d))
+	fi, err := os.Lstat(c.paths.entry(k))
 	if err != nil {
 		if isNotExist(err) {
-			c.forget(d)
+			c.forget(k)
 		}
 		return false
 	}
 	return fi.Mode().IsRegular()
 }
 
-// readFailed turns a failure to read d's entry at path into Get's error.
+// readFailed turns a failure to read k's entry at path into Get's error.
 // A missing file is ErrNotFound. A corrupt one is deleted (unless e shows
 // that the file now at path is another one, put since it was opened) and
 // reported as ErrNotFound. Anything else is an I/O error.
-func (c *Cache) readFailed(d rafs.Digest, path string, e *entryFile, err error) error {
+func (c *Cache) readFailed(k Key, path string, e *entryFile, err error) error {
 	switch {
 	case isNotExist(err):
-		c.forget(d)
+		c.forget(k)
 		return ErrNotFound
 	case errors.Is(err, errCorrupt):
-		c.discard(d, path, e)
-		c.log.Warn("cache: deleted corrupt entry", "digest", d, "path", path, "err", err)
-		return fmt.Errorf("%w: %s: deleted corrupt entry: %v", ErrNotFound, d, err)
+		c.discard(k, path, e)
+		c.log.Warn("cache: deleted corrupt entry", "key", k, "path", path, "err", err)
+		return fmt.Errorf("%w: %s: deleted corrupt entry: %v", ErrNotFound, k, err)
 	}
 	c.n.errors.Add(1)
-	return fmt.Errorf("cache: read %s: %w", d, err)
+	return fmt.Errorf("cache: read %s: %w", k, err)
 }
 
 // discard deletes the corrupt file at path that e (if not nil) has open,
-// and forgets d.
-func (c *Cache) discard(d rafs.Digest, path string, e *entryFile) {
+// and forgets k.
+func (c *Cache) discard(k Key, path string, e *entryFile) {
 	c.n.corrupt.Add(1)
-	c.forget(d)
+	c.forget(k)
 	if e != nil && e.fi != nil {
 		if now, err := os.Lstat(path); err != nil || !os.SameFile(now, e.fi) {
 			return // gone, or replaced by a fresh write
@@ -125,18 +127,18 @@ func (c *Cache) discard(d rafs.Digest, path string, e *entryFile) {
 	}
 }
 
-// used records a hit on d, whose file at path fi describes: most recently
+// used records a hit on k, whose file at path fi describes: most recently
 // used in the index, and in the file's mtime when that is older than
 // touchInterval.
-func (c *Cache) used(d rafs.Digest, path string, fi fs.FileInfo) {
+func (c *Cache) used(k Key, path string, fi fs.FileInfo) {
 	now := time.Now()
 	if now.Sub(fi.ModTime()) >= touchInterval {
 		// Best effort: the file may be gone, or owned by another user.
 		_ = os.Chtimes(path, time.Time{}, now)
 	}
 	c.mu.Lock()
-	if !c.idx.touch(d, now.UnixNano()) {
-		c.idx.add(d, fi.Size(), now.UnixNano()) // another process put it
+	if !c.idx.touch(k, now.UnixNano()) {
+		c.idx.add(k, fi.Size(), now.UnixNano()) // another process put it
 	}
 	c.mu.Unlock()
 }

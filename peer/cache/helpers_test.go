@@ -69,12 +69,12 @@ func makeChunk(seed uint64, n int, compressed bool) testChunk {
 	return testChunk{ck: ck, data: data, stored: stored}
 }
 
-// fakeDigest is a digest for tests that do not verify content: Put trusts
-// its caller.
-func fakeDigest(i uint64) rafs.Digest {
+// fakeDigest is a SHA-256 key for tests that do not verify content: Put
+// trusts its caller.
+func fakeDigest(i uint64) Key {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], i)
-	return sha256.Sum256(b[:])
+	return SHA256(sha256.Sum256(b[:]))
 }
 
 // rawMeta describes n raw bytes.
@@ -105,7 +105,7 @@ func openTestIO(t testing.TB, cfg Config) *Cache {
 	return c
 }
 
-func mustPut(t testing.TB, c *Cache, d rafs.Digest, m Meta, stored []byte) {
+func mustPut(t testing.TB, c *Cache, d Key, m Meta, stored []byte) {
 	t.Helper()
 	if err := c.Put(d, m, stored); err != nil {
 		t.Fatalf("Put %s: %v", d, err)
@@ -171,3 +171,6 @@ func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
 }
+
+// ckKey is tc's cache key.
+func (tc testChunk) ckKey() Key { return KeyOf(tc.ck) }

@@ -3,8 +3,6 @@ package cache
 import (
 	"sync"
 	"time"
-
-	"damselfly/rafs"
 )
 
 // hot keeps the stored bytes of the entries this Cache put, or read with
@@ -20,7 +18,7 @@ import (
 //
 // hot holds only bytes that were written to or read from the entry file
 // (and passed its checks), so it never serves what the file would not.
-// The Cache drops a digest from it whenever it forgets the file (evicted,
+// The Cache drops a key from it whenever it forgets the file (evicted,
 // removed, found missing or corrupt); an entry deleted by another process
 // stays served from here until it is displaced, which is harmless: the
 // bytes are the chunk's.
@@ -28,7 +26,7 @@ type hot struct {
 	budget int64 // bytes of buffers hot may allocate, live or free
 
 	mu        sync.Mutex
-	entries   map[rafs.Digest]*hotEntry
+	entries   map[Key]*hotEntry
 	head      hotEntry // sentinel of the recency list: head.next is the newest
 	allocated int64    // bytes of buffers allocated: live, free and retired
 	live      int64    // bytes the entries hold
@@ -36,7 +34,7 @@ type hot struct {
 }
 
 type hotEntry struct {
-	d          rafs.Digest
+	d          Key
 	meta       Meta
 	buf        []byte // the stored bytes; len(buf) == meta.StoredSize
 	kept       time.Time
@@ -50,7 +48,7 @@ type hotEntry struct {
 const hotChunkLimit = 4
 
 func newHot(budget int64) *hot {
-	h := &hot{budget: budget, entries: make(map[rafs.Digest]*hotEntry)}
+	h := &hot{budget: budget, entries: make(map[Key]*hotEntry)}
 	h.head.prev, h.head.next = &h.head, &h.head
 	return h
 }
@@ -59,7 +57,7 @@ func newHot(budget int64) *hot {
 // displacing the least recently used entries as the budget requires. It
 // keeps nothing when stored is over a quarter of the budget, or when
 // readers hold so much displaced memory that the budget has no room.
-func (h *hot) keep(d rafs.Digest, m Meta, stored []byte) {
+func (h *hot) keep(d Key, m Meta, stored []byte) {
 	n := int64(len(stored))
 	if h == nil || n > h.budget/hotChunkLimit {
 		return
@@ -117,7 +115,7 @@ func (h *hot) buffer(n int64) []byte {
 // get calls use with d's meta and stored bytes if hot holds d, and
 // reports whether it did. use runs without hot's lock held, and the bytes
 // stay valid only until it returns.
-func (h *hot) get(d rafs.Digest, use func(Meta, []byte, time.Time)) bool {
+func (h *hot) get(d Key, use func(Meta, []byte, time.Time)) bool {
 	if h == nil {
 		return false
 	}
@@ -145,7 +143,7 @@ func (h *hot) get(d rafs.Digest, use func(Meta, []byte, time.Time)) bool {
 
 // touched records that d's file mtime was refreshed at t, so that a hit
 // in hot refreshes it again only touchInterval later.
-func (h *hot) touched(d rafs.Digest, t time.Time) {
+func (h *hot) touched(d Key, t time.Time) {
 	if h == nil {
 		return
 	}
@@ -157,7 +155,7 @@ func (h *hot) touched(d rafs.Digest, t time.Time) {
 }
 
 // forget drops d, whose file is gone.
-func (h *hot) forget(d rafs.Digest) {
+func (h *hot) forget(d Key) {
 	if h == nil {
 		return
 	}

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"damselfly/rafs"
 )
 
 // A chunk just put is read from memory: its file can go bad on disk
@@ -16,13 +14,13 @@ func TestHotServesRecentPuts(t *testing.T) {
 	t.Parallel()
 	c := openTest(t, Config{HotBytes: 8 << 20})
 	tc := makeChunk(1, 1<<20, true)
-	mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
+	mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 	// Damage the file: a read that went to the disk would fail its CRC.
-	path := c.paths.entry(tc.ck.Digest)
+	path := c.paths.entry(KeyOf(tc.ck))
 	if err := os.WriteFile(path, make([]byte, headerSize+len(tc.stored)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, got, err := c.Get(tc.ck.Digest, nil)
+	m, got, err := c.Get(KeyOf(tc.ck), nil)
 	if err != nil || m != tc.meta() || !bytes.Equal(got, tc.stored) {
 		t.Fatalf("Get: meta %+v, %d bytes, %v", m, len(got), err)
 	}
@@ -43,11 +41,11 @@ func TestHotForgetsWhatTheCacheDrops(t *testing.T) {
 		t.Parallel()
 		c := openTest(t, Config{HotBytes: 8 << 20})
 		tc := makeChunk(2, 4096, false)
-		mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
-		if err := c.Remove(tc.ck.Digest); err != nil {
+		mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
+		if err := c.Remove(KeyOf(tc.ck)); err != nil {
 			t.Fatal(err)
 		}
-		_, _, err := c.Get(tc.ck.Digest, nil)
+		_, _, err := c.Get(KeyOf(tc.ck), nil)
 		wantNotFound(t, "Get after Remove", err)
 		wantNotFound(t, "ReadChunk after Remove", c.ReadChunk(tc.ck, make([]byte, tc.ck.Size)))
 		if s := c.Stats(); s.HotEntries != 0 || s.HotHits != 0 {
@@ -59,9 +57,9 @@ func TestHotForgetsWhatTheCacheDrops(t *testing.T) {
 		const n = 64 << 10
 		entry := int64(headerSize + n)
 		c := openTest(t, Config{Capacity: 10 * entry, HotBytes: 64 * n})
-		var gone []rafs.Digest
+		var gone []Key
 		var mu sync.Mutex
-		c.SetEvictHook(func(ds []rafs.Digest) { mu.Lock(); gone = append(gone, ds...); mu.Unlock() })
+		c.SetEvictHook(func(ds []Key) { mu.Lock(); gone = append(gone, ds...); mu.Unlock() })
 		for i := range uint64(20) {
 			mustPut(t, c, fakeDigest(i), rawMeta(n), content(i, n))
 		}
@@ -82,14 +80,14 @@ func TestHotForgetsWhatTheCacheDrops(t *testing.T) {
 		t.Parallel()
 		c := openTest(t, Config{HotBytes: 8 << 20})
 		tc := makeChunk(3, 4096, false)
-		mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
-		if err := os.Remove(c.paths.entry(tc.ck.Digest)); err != nil {
+		mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
+		if err := os.Remove(c.paths.entry(KeyOf(tc.ck))); err != nil {
 			t.Fatal(err)
 		}
-		if c.Has(tc.ck.Digest) {
+		if c.Has(KeyOf(tc.ck)) {
 			t.Fatal("Has: true for a deleted file")
 		}
-		_, _, err := c.Get(tc.ck.Digest, nil)
+		_, _, err := c.Get(KeyOf(tc.ck), nil)
 		wantNotFound(t, "Get after the file was deleted and noticed", err)
 	})
 }
@@ -101,19 +99,19 @@ func TestHotReadChunkVerifies(t *testing.T) {
 	t.Parallel()
 	c := openTest(t, Config{HotBytes: 8 << 20})
 	tc := makeChunk(4, 8192, true)
-	mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
+	mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 	// Bytes put under a digest they do not have (Put trusts its caller).
 	wrong := makeChunk(5, 8192, true)
 	other := tc.ck
 	other.Digest[0] ^= 1
 	other.CompressedSize = wrong.ck.CompressedSize
-	mustPut(t, c, other.Digest, wrong.meta(), wrong.stored)
+	mustPut(t, c, KeyOf(other), wrong.meta(), wrong.stored)
 	err := c.ReadChunk(other, make([]byte, other.Size))
 	wantNotFound(t, "ReadChunk of bytes that do not match the digest", err)
 	if s := c.Stats(); s.HotHits != 0 || s.Corrupt != 1 || s.HotEntries != 1 {
 		t.Fatalf("stats: %+v", s)
 	}
-	if c.Has(other.Digest) {
+	if c.Has(KeyOf(other)) {
 		t.Fatal("the corrupt entry's file is still there")
 	}
 }
@@ -231,8 +229,8 @@ func TestHotOnlyWithDirect(t *testing.T) {
 		"refused":  openTestIO(t, Config{HotBytes: 8 << 20, DirectIO: true, probeDirect: func(string) bool { return false }}),
 	} {
 		tc := makeChunk(6, 4096, false)
-		mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
-		if _, _, err := c.Get(tc.ck.Digest, nil); err != nil {
+		mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
+		if _, _, err := c.Get(KeyOf(tc.ck), nil); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if s := c.Stats(); s.HotEntries != 0 || s.HotHits != 0 || s.Hits != 1 {
@@ -253,7 +251,7 @@ func TestHotBudgetWithinCapacity(t *testing.T) {
 	}
 	for i := range 64 {
 		tc := makeChunk(uint64(100+i), n, false)
-		mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
+		mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 		if s := c.Stats(); s.HotBytes > capacity || c.hot.allocated > capacity {
 			t.Fatalf("after %d puts: %d bytes in memory, %d allocated, capacity %d", i+1, s.HotBytes, c.hot.allocated, capacity)
 		}

@@ -7,38 +7,36 @@ import (
 	"slices"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
-
-	"damselfly/rafs"
 )
 
 // index is one process's view of the cache directory: every entry it put,
 // read or scanned, in least recently used order, with the bytes their files
 // take. It is not safe for concurrent use; Cache.mu guards it.
 type index struct {
-	lru   *simplelru.LRU[rafs.Digest, *indexEntry]
+	lru   *simplelru.LRU[Key, *indexEntry]
 	bytes int64
 	seq   uint64 // bumped by every add; see rebuild
 	gen   uint64 // bumped by every rebuild, to mark the entries it found
 }
 
 type indexEntry struct {
-	digest rafs.Digest
-	size   int64  // bytes of the entry file
-	used   int64  // last known use, unix nanoseconds: file mtime or a use here
-	seq    uint64 // index.seq when added or last re-added
-	gen    uint64 // index.gen of the last rebuild that found it
+	key  Key
+	size int64  // bytes of the entry file
+	used int64  // last known use, unix nanoseconds: file mtime or a use here
+	seq  uint64 // index.seq when added or last re-added
+	gen  uint64 // index.gen of the last rebuild that found it
 }
 
 // scanned is one entry file found by a directory scan.
 type scanned struct {
-	digest rafs.Digest
-	size   int64
-	mtime  int64 // unix nanoseconds
+	key   Key
+	size  int64
+	mtime int64 // unix nanoseconds
 }
 
 func newIndex() *index {
 	// The count is unbounded: the cache evicts by bytes, itself.
-	l, err := simplelru.NewLRU[rafs.Digest, *indexEntry](math.MaxInt, nil)
+	l, err := simplelru.NewLRU[Key, *indexEntry](math.MaxInt, nil)
 	if err != nil {
 		panic(err) // only for a size <= 0
 	}
@@ -47,19 +45,19 @@ func newIndex() *index {
 
 // add records d's file of size bytes, used at time used, as the most
 // recently used entry.
-func (x *index) add(d rafs.Digest, size, used int64) {
+func (x *index) add(d Key, size, used int64) {
 	x.seq++
 	if e, ok := x.lru.Get(d); ok {
 		x.bytes += size - e.size
 		e.size, e.used, e.seq = size, max(e.used, used), x.seq
 		return
 	}
-	x.lru.Add(d, &indexEntry{digest: d, size: size, used: used, seq: x.seq})
+	x.lru.Add(d, &indexEntry{key: d, size: size, used: used, seq: x.seq})
 	x.bytes += size
 }
 
 // touch marks d used at time used and reports whether the index holds it.
-func (x *index) touch(d rafs.Digest, used int64) bool {
+func (x *index) touch(d Key, used int64) bool {
 	e, ok := x.lru.Get(d)
 	if ok {
 		e.used = max(e.used, used)
@@ -68,7 +66,7 @@ func (x *index) touch(d rafs.Digest, used int64) bool {
 }
 
 // remove forgets d and returns the size its file had.
-func (x *index) remove(d rafs.Digest) (int64, bool) {
+func (x *index) remove(d Key) (int64, bool) {
 	e, ok := x.lru.Peek(d)
 	if !ok {
 		return 0, false
@@ -79,7 +77,7 @@ func (x *index) remove(d rafs.Digest) (int64, bool) {
 }
 
 // popOldest removes and returns the least recently used entry.
-func (x *index) popOldest() (rafs.Digest, int64, bool) {
+func (x *index) popOldest() (Key, int64, bool) {
 	d, e, ok := x.lru.RemoveOldest()
 	if !ok {
 		return d, 0, false
@@ -88,11 +86,11 @@ func (x *index) popOldest() (rafs.Digest, int64, bool) {
 	return d, e.size, true
 }
 
-func (x *index) has(d rafs.Digest) bool { return x.lru.Contains(d) }
-func (x *index) len() int               { return x.lru.Len() }
+func (x *index) has(d Key) bool { return x.lru.Contains(d) }
+func (x *index) len() int       { return x.lru.Len() }
 
-// digests returns every digest, least recently used first.
-func (x *index) digests() []rafs.Digest { return x.lru.Keys() }
+// keys returns every key, least recently used first.
+func (x *index) keys() []Key { return x.lru.Keys() }
 
 // rebuild replaces the index with the entries of a scan that started when
 // x.seq was sinceSeq. An entry's recency is the later of its file's mtime
@@ -104,15 +102,15 @@ func (x *index) digests() []rafs.Digest { return x.lru.Keys() }
 // the index are reordered in place, without allocating.
 func (x *index) rebuild(found []scanned, sinceSeq uint64) {
 	type item struct {
-		d    rafs.Digest
+		d    Key
 		size int64
 		used int64
 	}
 	x.gen++
 	items := make([]item, 0, len(found)+16)
 	for _, s := range found {
-		it := item{d: s.digest, size: s.size, used: s.mtime}
-		if e, ok := x.lru.Peek(s.digest); ok {
+		it := item{d: s.key, size: s.size, used: s.mtime}
+		if e, ok := x.lru.Peek(s.key); ok {
 			it.used = max(it.used, e.used)
 			e.gen = x.gen
 		}
@@ -122,16 +120,19 @@ func (x *index) rebuild(found []scanned, sinceSeq uint64) {
 		switch {
 		case e.gen == x.gen:
 		case e.seq > sinceSeq:
-			items = append(items, item{d: e.digest, size: e.size, used: e.used})
+			items = append(items, item{d: e.key, size: e.size, used: e.used})
 		default:
-			x.lru.Remove(e.digest)
+			x.lru.Remove(e.key)
 		}
 	}
 	slices.SortFunc(items, func(a, b item) int {
 		if c := cmp.Compare(a.used, b.used); c != 0 {
 			return c
 		}
-		return bytes.Compare(a.d[:], b.d[:])
+		if c := bytes.Compare(a.d.Digest[:], b.d.Digest[:]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.d.Algo, b.d.Algo)
 	})
 	x.bytes = 0
 	for _, it := range items {
@@ -139,7 +140,7 @@ func (x *index) rebuild(found []scanned, sinceSeq uint64) {
 		if e, ok := x.lru.Get(it.d); ok { // moves it to the front
 			e.size, e.used, e.seq = it.size, it.used, x.seq
 		} else {
-			x.lru.Add(it.d, &indexEntry{digest: it.d, size: it.size, used: it.used, seq: x.seq, gen: x.gen})
+			x.lru.Add(it.d, &indexEntry{key: it.d, size: it.size, used: it.used, seq: x.seq, gen: x.gen})
 		}
 		x.bytes += it.size
 	}

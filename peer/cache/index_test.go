@@ -3,13 +3,11 @@ package cache
 import (
 	"slices"
 	"testing"
-
-	"damselfly/rafs"
 )
 
 func TestIndexOrderAndBytes(t *testing.T) {
 	t.Parallel()
-	d := func(i uint64) rafs.Digest { return fakeDigest(i) }
+	d := func(i uint64) Key { return fakeDigest(i) }
 	type op struct {
 		kind string // add, touch, remove, pop
 		i    uint64
@@ -44,11 +42,11 @@ func TestIndexOrderAndBytes(t *testing.T) {
 					x.popOldest()
 				}
 			}
-			var want []rafs.Digest
+			var want []Key
 			for _, i := range tt.wantOrder {
 				want = append(want, d(i))
 			}
-			if got := x.digests(); !slices.Equal(got, want) {
+			if got := x.keys(); !slices.Equal(got, want) {
 				t.Errorf("order: got %v, want %v", got, want)
 			}
 			if x.bytes != tt.wantBytes {
@@ -65,14 +63,14 @@ func TestIndexRebuild(t *testing.T) {
 		name      string
 		before    func(x *index) uint64 // fills the index, returns sinceSeq
 		found     []scanned
-		wantOrder []rafs.Digest
+		wantOrder []Key
 		wantBytes int64
 	}{
 		{
 			name:      "mtime order",
 			before:    func(x *index) uint64 { return x.seq },
 			found:     []scanned{{d(1), 10, 300}, {d(2), 20, 100}, {d(3), 30, 200}},
-			wantOrder: []rafs.Digest{d(2), d(3), d(1)},
+			wantOrder: []Key{d(2), d(3), d(1)},
 			wantBytes: 60,
 		},
 		{
@@ -82,7 +80,7 @@ func TestIndexRebuild(t *testing.T) {
 				return x.seq
 			},
 			found:     []scanned{{d(1), 10, 300}, {d(2), 20, 100}},
-			wantOrder: []rafs.Digest{d(1), d(2)},
+			wantOrder: []Key{d(1), d(2)},
 			wantBytes: 30,
 		},
 		{
@@ -92,7 +90,7 @@ func TestIndexRebuild(t *testing.T) {
 				return x.seq
 			},
 			found:     []scanned{{d(1), 10, 300}},
-			wantOrder: []rafs.Digest{d(1)},
+			wantOrder: []Key{d(1)},
 			wantBytes: 10,
 		},
 		{
@@ -103,7 +101,7 @@ func TestIndexRebuild(t *testing.T) {
 				return since
 			},
 			found:     []scanned{{d(1), 10, 300}},
-			wantOrder: []rafs.Digest{d(9), d(1)},
+			wantOrder: []Key{d(9), d(1)},
 			wantBytes: 100,
 		},
 	}
@@ -112,7 +110,7 @@ func TestIndexRebuild(t *testing.T) {
 			x := newIndex()
 			since := tt.before(x)
 			x.rebuild(tt.found, since)
-			if got := x.digests(); !slices.Equal(got, tt.wantOrder) {
+			if got := x.keys(); !slices.Equal(got, tt.wantOrder) {
 				t.Errorf("order: got %v, want %v", got, tt.wantOrder)
 			}
 			if x.bytes != tt.wantBytes {
@@ -127,7 +125,7 @@ func TestIndexRebuild(t *testing.T) {
 func BenchmarkIndexRebuild(b *testing.B) {
 	found := make([]scanned, 100_000)
 	for i := range found {
-		found[i] = scanned{digest: fakeDigest(uint64(i)), size: 1 << 20, mtime: int64(i * 7919 % 100_000)}
+		found[i] = scanned{key: fakeDigest(uint64(i)), size: 1 << 20, mtime: int64(i * 7919 % 100_000)}
 	}
 	x := newIndex()
 	x.rebuild(found, 0)

@@ -74,7 +74,7 @@ func noSpace(t *testing.T, direct bool) {
 	}
 
 	// What was stored still reads; after a Remove, a Put fits again.
-	ds := c.Digests()
+	ds := c.Keys()
 	for _, d := range ds {
 		if _, _, err := c.Get(d, nil); err != nil {
 			t.Errorf("Get %s: %v", d, err)

@@ -18,6 +18,12 @@ const (
 	// digest, a dash and a random suffix. Scans skip such names and delete
 	// them once they are older than staleTempAge.
 	tempPrefix = ".tmp-"
+	// blake3Suffix ends the name of a BLAKE3 entry: the same 32 bytes as
+	// a SHA-256 digest name another chunk, whose entry is the bare hex.
+	// Processes of the release before take only 64 hex digits for an
+	// entry name, so they never open a BLAKE3 entry (whose header they
+	// could not read).
+	blake3Suffix = ".b3"
 )
 
 // paths names the files of one cache directory.
@@ -35,27 +41,43 @@ func newPaths(root string) paths {
 	}
 }
 
-// shard is the directory that holds d's entry: chunks/<first 2 hex digits>.
-func (p paths) shard(d rafs.Digest) string {
-	return p.chunks + "/" + hex.EncodeToString(d[:1])
+// shard is the directory that holds k's entry: chunks/<first 2 hex digits>.
+func (p paths) shard(k Key) string {
+	return p.chunks + "/" + hex.EncodeToString(k.Digest[:1])
 }
 
-// entry is d's entry file: chunks/<2 hex>/<64 hex>.
-func (p paths) entry(d rafs.Digest) string {
-	var h [64]byte
-	hex.Encode(h[:], d[:])
-	return p.chunks + "/" + string(h[:2]) + "/" + string(h[:])
+// entry is k's entry file: chunks/<2 hex>/<name>, with name as entryName
+// gives it.
+func (p paths) entry(k Key) string {
+	name := entryName(k)
+	return p.chunks + "/" + name[:2] + "/" + name
 }
 
-// parseEntryName returns the digest an entry file name spells: 64 lower
-// case hex digits.
-func parseEntryName(name string) (rafs.Digest, bool) {
-	var d rafs.Digest
-	if len(name) != 64 || !isLowerHex(name) {
-		return d, false
+// entryName is k's entry file name: the 64 hex digits of the digest, and
+// for BLAKE3 blake3Suffix.
+func entryName(k Key) string {
+	var h [64 + len(blake3Suffix)]byte
+	hex.Encode(h[:64], k.Digest[:])
+	if k.Algo == rafs.DigestBlake3 {
+		copy(h[64:], blake3Suffix)
+		return string(h[:])
 	}
-	_, err := hex.Decode(d[:], []byte(name))
-	return d, err == nil
+	return string(h[:64])
+}
+
+// parseEntryName returns the key an entry file name spells: 64 lower
+// case hex digits (SHA-256), or those and blake3Suffix (BLAKE3).
+func parseEntryName(name string) (Key, bool) {
+	k := Key{Algo: rafs.DigestSHA256}
+	if len(name) == 64+len(blake3Suffix) && name[64:] == blake3Suffix {
+		k.Algo = rafs.DigestBlake3
+		name = name[:64]
+	}
+	if len(name) != 64 || !isLowerHex(name) {
+		return Key{}, false
+	}
+	_, err := hex.Decode(k.Digest[:], []byte(name))
+	return k, err == nil
 }
 
 // isShardName reports whether name is a shard directory name: two lower

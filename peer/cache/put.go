@@ -8,18 +8,18 @@ import (
 	"os"
 	"syscall"
 	"time"
-
-	"damselfly/rafs"
 )
 
-// Put stores stored, the stored bytes of the chunk whose digest is d, as m
+// Put stores stored, the stored bytes of the chunk whose key is k, as m
 // describes them. The caller has verified them: Put checks only that m is
 // consistent (len(stored) == m.StoredSize, sizes within
 // rafs.MaxChunkSize). Put does not keep stored.
 //
 // The entry appears atomically, whole or not at all, for every process
 // sharing the directory; if an entry for d of the same length is already
-// there, Put only refreshes its recency. Putting the same digest from
+// there, Put only refreshes its recency. An entry of the same digest
+// under the other algorithm is another entry, and Put leaves it alone.
+// Putting the same key from
 // several goroutines or processes at once is harmless. Put recreates
 // directories deleted by hand.
 //
@@ -34,17 +34,20 @@ import (
 //
 // On ENOSPC or EDQUOT the error wraps ErrNoSpace; on any error no file of
 // the entry is left behind. Put is safe for concurrent use.
-func (c *Cache) Put(d rafs.Digest, m Meta, stored []byte) error {
+func (c *Cache) Put(k Key, m Meta, stored []byte) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
+	if !k.valid() {
+		return fmt.Errorf("cache: put %s: unknown digest algorithm", k)
+	}
 	if len(stored) != int(m.StoredSize) {
-		return fmt.Errorf("cache: put %s: %d stored bytes, meta says %d", d, len(stored), m.StoredSize)
+		return fmt.Errorf("cache: put %s: %d stored bytes, meta says %d", k, len(stored), m.StoredSize)
 	}
 	if err := m.check(); err != nil {
-		return fmt.Errorf("cache: put %s: %w", d, err)
+		return fmt.Errorf("cache: put %s: %w", k, err)
 	}
-	path := c.paths.entry(d)
+	path := c.paths.entry(k)
 	size := int64(headerSize) + int64(len(stored))
 	now := time.Now()
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == size {
@@ -53,9 +56,9 @@ func (c *Cache) Put(d rafs.Digest, m Meta, stored []byte) error {
 			_ = os.Chtimes(path, time.Time{}, now)
 		}
 		c.n.puts.Add(1)
-		c.hot.keep(d, m, stored)
+		c.hot.keep(k, m, stored)
 		c.mu.Lock()
-		c.idx.add(d, size, now.UnixNano())
+		c.idx.add(k, size, now.UnixNano())
 		over := c.overLocked()
 		c.mu.Unlock()
 		if over {
@@ -66,11 +69,11 @@ func (c *Cache) Put(d rafs.Digest, m Meta, stored []byte) error {
 	if err := c.admit(size); err != nil {
 		return err
 	}
-	err := c.write(d, m, path, stored)
+	err := c.write(k, m, path, stored)
 	c.mu.Lock()
 	c.writing -= size
 	if err == nil {
-		c.idx.add(d, size, now.UnixNano())
+		c.idx.add(k, size, now.UnixNano())
 		c.written += size
 	}
 	over := c.overLocked()
@@ -80,7 +83,7 @@ func (c *Cache) Put(d rafs.Digest, m Meta, stored []byte) error {
 		return err
 	}
 	c.n.puts.Add(1)
-	c.hot.keep(d, m, stored)
+	c.hot.keep(k, m, stored)
 	if over {
 		c.evictFromPut()
 	}
@@ -143,13 +146,13 @@ func (c *Cache) rescanForWrite(size int64) {
 	}
 }
 
-// write writes d's entry file, again (a few times) if the directory was
+// write writes k's entry file, again (a few times) if the directory was
 // being deleted under it: a concurrent rm -rf makes mkdir, create and
 // rename fail with ENOENT, and MkdirAll with EEXIST when the directory it
 // found vanished before it could check it.
-func (c *Cache) write(d rafs.Digest, m Meta, path string, stored []byte) error {
-	h := header{digest: d, meta: m, payloadCRC: crc32.Checksum(stored, castagnoli)}
-	shard := c.paths.shard(d)
+func (c *Cache) write(k Key, m Meta, path string, stored []byte) error {
+	h := header{key: k, meta: m, payloadCRC: crc32.Checksum(stored, castagnoli)}
+	shard := c.paths.shard(k)
 	direct := c.direct.Load()
 	err := writeEntry(shard, path, h, stored, direct)
 	for attempt := 0; attempt < 4 && (isNotExist(err) || errors.Is(err, fs.ErrExist)); attempt++ {
@@ -166,24 +169,28 @@ func (c *Cache) write(d rafs.Digest, m Meta, path string, stored []byte) error {
 	}
 	c.n.errors.Add(1)
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return fmt.Errorf("cache: put %s: %w: %w", d, ErrNoSpace, err)
+		return fmt.Errorf("cache: put %s: %w: %w", k, ErrNoSpace, err)
 	}
-	return fmt.Errorf("cache: put %s: %w", d, err)
+	return fmt.Errorf("cache: put %s: %w", k, err)
 }
 
-// Remove deletes d's entry, for example after the caller found its bytes
-// fail verification. Removing an absent entry is not an error. A reader
+// Remove deletes k's entry, for example after the caller found its bytes
+// fail verification under k. Removing an absent entry is not an error; an
+// entry of the same digest under the other algorithm stays. A reader
 // that has the file open keeps reading it. Remove is safe for concurrent
 // use.
-func (c *Cache) Remove(d rafs.Digest) error {
+func (c *Cache) Remove(k Key) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	err := os.Remove(c.paths.entry(d))
-	c.forget(d)
+	if !k.valid() {
+		return nil
+	}
+	err := os.Remove(c.paths.entry(k))
+	c.forget(k)
 	if err != nil && !isNotExist(err) {
 		c.n.errors.Add(1)
-		return fmt.Errorf("cache: remove %s: %w", d, err)
+		return fmt.Errorf("cache: remove %s: %w", k, err)
 	}
 	return nil
 }

@@ -61,7 +61,7 @@ func hammer(c *Cache, chunks []testChunk, seed uint64, ops int) error {
 	var buf []byte
 	for range ops {
 		tc := chunks[r.IntN(len(chunks))]
-		d := tc.ck.Digest
+		d := tc.ckKey()
 		switch op := r.IntN(100); {
 		case op < 35:
 			m, got, err := c.Get(d, buf)
@@ -92,7 +92,7 @@ func hammer(c *Cache, chunks []testChunk, seed uint64, ops int) error {
 			}
 		case op < 95:
 			c.Has(d)
-			c.Digests()
+			c.Keys()
 			c.Stats()
 		default:
 			if err := c.Rescan(); err != nil {

@@ -23,30 +23,30 @@ func TestDirectoryDeleted(t *testing.T) {
 	chunks := make([]testChunk, 10)
 	for i := range chunks {
 		chunks[i] = makeChunk(uint64(i), size, false)
-		mustPut(t, c, chunks[i].ck.Digest, chunks[i].meta(), chunks[i].stored)
+		mustPut(t, c, KeyOf(chunks[i].ck), chunks[i].meta(), chunks[i].stored)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
 	for i, tc := range chunks {
-		_, _, err := c.Get(tc.ck.Digest, nil)
+		_, _, err := c.Get(KeyOf(tc.ck), nil)
 		wantNotFound(t, "Get after rm -rf", err)
 		wantNotFound(t, "ReadChunk after rm -rf", c.ReadChunk(tc.ck, make([]byte, size)))
-		if c.Has(tc.ck.Digest) {
+		if c.Has(KeyOf(tc.ck)) {
 			t.Errorf("Has %d after rm -rf: got true", i)
 		}
 	}
 	if s := c.Stats(); s.Entries != 0 || s.Errors != 0 {
 		t.Errorf("stats after the misses: got %+v, want no entries, no errors", s)
 	}
-	if err := c.Remove(chunks[0].ck.Digest); err != nil {
+	if err := c.Remove(chunks[0].ckKey()); err != nil {
 		t.Errorf("Remove after rm -rf: %v", err)
 	}
 
 	// Writes work again, and so does eviction, which needs DIR/lock.
 	for i := range 40 {
 		tc := makeChunk(uint64(100+i), size, false)
-		mustPut(t, c, tc.ck.Digest, tc.meta(), tc.stored)
+		mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 		dst := make([]byte, size)
 		if err := c.ReadChunk(tc.ck, dst); err != nil || !bytes.Equal(dst, tc.data) {
 			t.Fatalf("ReadChunk %d after rm -rf: %v", i, err)

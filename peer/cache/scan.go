@@ -113,7 +113,7 @@ func scanShard(dir, shard string, now time.Time, res *scanResult) error {
 				res.corrupt++
 			}
 		default:
-			res.entries = append(res.entries, scanned{digest: d, size: st.Size, mtime: mtime})
+			res.entries = append(res.entries, scanned{key: d, size: st.Size, mtime: mtime})
 		}
 	}
 	return nil

@@ -21,17 +21,22 @@ import (
 const ReadIdleTimeout = 30 * time.Second
 
 // FetchResult says what became of each chunk of a Fetch. Every requested
-// chunk is in exactly one of: delivered (counted), Missing, Bad or
-// Unanswered.
+// chunk is in exactly one of: delivered (counted), Missing, OtherAlgo,
+// Bad or Unanswered.
 type FetchResult struct {
 	// Delivered counts the chunks verified and passed to deliver; they
-	// are a prefix of the request, less Missing.
+	// are a prefix of the request, less Missing and OtherAlgo.
 	Delivered int
 	// Bytes counts the stored bytes of the delivered chunks.
 	Bytes int64
 	// Missing chunks the peer answered it does not hold (or could not
 	// read). Ask elsewhere; the peer did nothing wrong.
 	Missing []rafs.Chunk
+	// OtherAlgo chunks the peer holds under the same digest with the
+	// other digest algorithm: it said so, or sent bytes that verify only
+	// under that one. The request described them wrongly; the peer did
+	// nothing wrong, and still holds what it announced.
+	OtherAlgo []rafs.Chunk
 	// Bad holds the chunk whose bytes failed verification (at most one:
 	// the stream is abandoned there). The error wraps ErrBadChunk.
 	Bad []rafs.Chunk
@@ -44,6 +49,10 @@ type FetchResult struct {
 // deliver, in request order, for each chunk the peer sends that verifies
 // (rafs.DecodeChunk) against its digest. Chunks that fail verification or
 // that the peer does not hold are never delivered; the result lists them.
+// Bytes that fail under the requested digest algorithm but verify under
+// the other are no fault of the peer's: the request was wrong (its
+// digest is of the other algorithm), and the chunk is listed in
+// OtherAlgo, not Bad, and the fetch goes on.
 //
 // deliver gets the requested chunk with Flags and CompressedSize
 // describing the stored bytes as sent, which may be the other form than
@@ -140,7 +149,11 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 		if err != nil {
 			return fmt.Errorf("chunk %d (%s): %w", i, c.Digest, err)
 		}
-		if st != chunkOK {
+		switch st {
+		case chunkOtherAlgo:
+			res.OtherAlgo = append(res.OtherAlgo, c)
+			continue
+		case chunkNotFound, chunkError:
 			res.Missing = append(res.Missing, c)
 			continue
 		}
@@ -153,6 +166,14 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 		bad, err := readStored(r, sc, stored, dp)
 		if err != nil {
 			return fmt.Errorf("chunk %d (%s): read %d stored bytes: %w", i, c.Digest, n, err)
+		}
+		if bad != nil && rafs.VerifyChunk(flipAlgo(sc), stored, dp) == nil {
+			// Honest bytes of the chunk the digest names under the
+			// other algorithm (a server of the release before does
+			// not tell the algorithms apart): not the peer's fault.
+			res.OtherAlgo = append(res.OtherAlgo, c)
+			res.Unanswered = chunks[i+1:]
+			continue
 		}
 		if bad != nil {
 			res.Bad = []rafs.Chunk{c}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 
+	"damselfly/peer/cache"
 	"damselfly/rafs"
 )
 
@@ -119,7 +120,7 @@ func TestFetchCorrupt(t *testing.T) {
 				if err != nil || res.Delivered != 3 || !slices.Equal(res.Missing, []rafs.Chunk{tcs[1].Chunk}) {
 					t.Fatalf("got %+v, %v; want 3 delivered and chunk 1 missing", res, err)
 				}
-				if c.Has(tcs[1].Digest) {
+				if c.Has(cache.KeyOf(tcs[1].Chunk)) {
 					t.Error("corrupt entry still cached")
 				}
 				if st := srv.Stats(); st.Corrupt != 1 {
@@ -237,13 +238,16 @@ func blake3Chunks(tcs []testChunk) []testChunk {
 }
 
 // Chunks of a BLAKE3 image travel with their algorithm: the server
-// (verifying here) and the client both check them by it, and the same
-// bytes asked for under the other algorithm's flag fail verification.
+// (verifying here) and the client both check them by it. The same digest
+// asked for under the other algorithm's flag is another chunk: the server
+// answers that it holds the digest under the other algorithm (status 3),
+// sends nothing and keeps its entry, and the client blames nobody.
 func TestFetchBlake3(t *testing.T) {
 	t.Parallel()
 	srvHost, cli := pair(t)
 	all := blake3Chunks(append(makeChunks(30, 2, 128<<10, false), makeChunks(31, 2, 128<<10, true)...))
-	srv := newServer(t, srvHost, newCache(t, all), ServerConfig{})
+	c := newCache(t, all)
+	srv := newServer(t, srvHost, c, ServerConfig{})
 	col := &collector{t: t}
 	res, err := Fetch(t.Context(), cli, srvHost.ID(), rafs.Digest{3}, chunksOf(all), col.deliver)
 	if err != nil || res.Delivered != len(all) {
@@ -252,18 +256,58 @@ func TestFetchBlake3(t *testing.T) {
 	if st := srv.Stats(); st.ChunksSent != uint64(len(all)) {
 		t.Errorf("server sent %d chunks, want %d", st.ChunksSent, len(all))
 	}
-	wrong := chunksOf(all[:1])
+	wrong := chunksOf(all[:2])
 	wrong[0].Flags &^= rafs.ChunkBlake3
-	res, err = Fetch(t.Context(), cli, srvHost.ID(), rafs.Digest{3}, wrong, nil)
-	// The verifying server does not send what fails its check.
-	if res.Delivered != 0 || (err == nil && len(res.Missing) != 1) {
-		t.Errorf("a BLAKE3 chunk asked for as sha256: %+v, err %v; want it refused", res, err)
+	for _, noVerify := range []bool{false, true} {
+		h, cl := pair(t)
+		s := newServer(t, h, c, ServerConfig{NoVerify: noVerify})
+		res, err = Fetch(t.Context(), cl, h.ID(), rafs.Digest{3}, wrong, nil)
+		if err != nil || res.Delivered != 1 || len(res.Missing) != 0 || len(res.Bad) != 0 ||
+			len(res.OtherAlgo) != 1 || res.OtherAlgo[0].Digest != wrong[0].Digest {
+			t.Errorf("no_verify=%v: a BLAKE3 chunk asked for as sha256: %+v, err %v; want it in OtherAlgo and the next delivered", noVerify, res, err)
+		}
+		if st := s.Stats(); st.ChunksSent != 1 || st.Corrupt != 0 {
+			t.Errorf("no_verify=%v: server sent %d chunks and found %d corrupt, want 1 and 0", noVerify, st.ChunksSent, st.Corrupt)
+		}
 	}
-	// Without the server's check the client refuses it.
-	srv2Host, cli2 := pair(t)
-	newServer(t, srv2Host, newCache(t, all), ServerConfig{NoVerify: true})
-	res, err = Fetch(t.Context(), cli2, srv2Host.ID(), rafs.Digest{3}, wrong, nil)
-	if res.Delivered != 0 || !errors.Is(err, ErrBadChunk) {
-		t.Errorf("unverified by the server: %+v, err %v; want ErrBadChunk", res, err)
+	if !c.Has(cache.KeyOf(all[0].Chunk)) {
+		t.Error("the flipped requests deleted the good entry")
 	}
+	// A server of the release before looked chunks up by digest alone
+	// and, not verifying, sent its honest bytes: the client finds that
+	// they verify under the other algorithm and does not take the
+	// server for a liar.
+	oldHost, cli3 := pair(t)
+	newServer(t, oldHost, digestOnly{c: c}, ServerConfig{NoVerify: true})
+	res, err = Fetch(t.Context(), cli3, oldHost.ID(), rafs.Digest{3}, wrong, nil)
+	if err != nil || res.Delivered != 1 || len(res.Bad) != 0 || len(res.OtherAlgo) != 1 {
+		t.Errorf("server looking up by digest alone: %+v, err %v; want the flipped chunk in OtherAlgo, not Bad", res, err)
+	}
+	// Bytes that verify under neither algorithm are bad, as ever.
+	liarHost, cli4 := pair(t)
+	newServer(t, liarHost, digestOnly{c: c, damage: true}, ServerConfig{NoVerify: true})
+	_, err = Fetch(t.Context(), cli4, liarHost.ID(), rafs.Digest{3}, wrong[:1], nil)
+	if !errors.Is(err, ErrBadChunk) {
+		t.Errorf("bad bytes: got %v, want ErrBadChunk", err)
+	}
+}
+
+// digestOnly is a Store as servers of the release before had one: it
+// finds a chunk by digest, whatever the algorithm asked for. It has no
+// Has, so its server cannot answer status 3. With damage, it flips a bit
+// of what it found under the other algorithm.
+type digestOnly struct {
+	c      *cache.Cache
+	damage bool
+}
+
+func (s digestOnly) Get(k cache.Key, dst []byte) (cache.Meta, []byte, error) {
+	m, b, err := s.c.Get(k, dst)
+	if errors.Is(err, cache.ErrNotFound) {
+		m, b, err = s.c.Get(otherAlgo(k), dst)
+		if err == nil && s.damage {
+			b[len(b)/2] ^= 0x40
+		}
+	}
+	return m, b, err
 }

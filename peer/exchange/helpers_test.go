@@ -170,9 +170,9 @@ type flipStore struct {
 	flip map[rafs.Digest]bool
 }
 
-func (s flipStore) Get(d rafs.Digest, dst []byte) (cache.Meta, []byte, error) {
+func (s flipStore) Get(d cache.Key, dst []byte) (cache.Meta, []byte, error) {
 	m, b, err := s.Cache.Get(d, dst)
-	if err == nil && s.flip[d] {
+	if err == nil && s.flip[d.Digest] {
 		b[len(b)/2] ^= 0x40
 	}
 	return m, b, err
@@ -185,7 +185,7 @@ type gateStore struct {
 	release chan struct{}
 }
 
-func (s gateStore) Get(d rafs.Digest, dst []byte) (cache.Meta, []byte, error) {
+func (s gateStore) Get(d cache.Key, dst []byte) (cache.Meta, []byte, error) {
 	s.entered <- struct{}{}
 	<-s.release
 	return s.Store.Get(d, dst)

@@ -19,23 +19,34 @@ import (
 
 // Store is where a Server finds the chunks it serves; *cache.Cache is one.
 type Store interface {
-	// Get appends the stored bytes of the chunk whose digest is d to
-	// dst[:0] and returns them with their metadata; the result aliases dst
-	// when its capacity suffices, and the Store keeps neither. It returns
-	// an error wrapping cache.ErrNotFound for a chunk it does not hold. It
-	// may block on disk I/O and is safe for concurrent use.
-	Get(d rafs.Digest, dst []byte) (cache.Meta, []byte, error)
+	// Get appends the stored bytes of the chunk whose key (digest and
+	// digest algorithm) is k to dst[:0] and returns them with their
+	// metadata; the result aliases dst when its capacity suffices, and
+	// the Store keeps neither. It returns an error wrapping
+	// cache.ErrNotFound for a chunk it does not hold under k, also when it
+	// holds the same digest under the other algorithm. It may block on
+	// disk I/O and is safe for concurrent use.
+	Get(k cache.Key, dst []byte) (cache.Meta, []byte, error)
 }
 
 // remover is the optional capability of a Store to drop an entry that
 // failed verification (*cache.Cache has it).
 type remover interface {
-	Remove(d rafs.Digest) error
+	Remove(k cache.Key) error
+}
+
+// haser is the optional capability of a Store to say whether it holds an
+// entry, without reading it (*cache.Cache has it). A Server with it
+// answers a chunk held only under the other digest algorithm with
+// chunkOtherAlgo rather than chunkNotFound.
+type haser interface {
+	Has(k cache.Key) bool
 }
 
 var (
 	_ Store   = (*cache.Cache)(nil)
 	_ remover = (*cache.Cache)(nil)
+	_ haser   = (*cache.Cache)(nil)
 )
 
 // Server answers chunk requests from other peers out of a Store. It serves
@@ -49,7 +60,7 @@ type Server struct {
 	lim   *fairLimiter
 	// onMiss, if set, is told of each chunk asked for that the Store did
 	// not hold (SetMissHook).
-	onMiss atomic.Pointer[func(blob, d rafs.Digest)]
+	onMiss atomic.Pointer[func(blob rafs.Digest, k cache.Key)]
 
 	mu      sync.Mutex
 	closed  bool
@@ -84,10 +95,11 @@ func NewServer(h host.Host, store Store, cfg ServerConfig, log *slog.Logger) (*S
 }
 
 // SetMissHook has f told of every chunk a peer asked for that the Store
-// does not hold, before the "not found" answer is sent: a node whose
-// holdings still list it can drop it at once (peer.Node.Missed). f runs
-// on the serving goroutine and must be quick; nil removes the hook.
-func (s *Server) SetMissHook(f func(blob, d rafs.Digest)) {
+// does not hold, by its key, before the "not found" answer is sent: a
+// node whose holdings still list it can drop it at once
+// (peer.Node.Missed). f runs on the serving goroutine and must be quick;
+// nil removes the hook.
+func (s *Server) SetMissHook(f func(blob rafs.Digest, k cache.Key)) {
 	if f == nil {
 		s.onMiss.Store(nil)
 		return
@@ -241,18 +253,26 @@ func (s *Server) lookup(blob rafs.Digest, c rafs.Chunk, bp, scratch *[]byte) []b
 	}
 	buf = buf[:cap(buf)]
 	// Get into the buffer after room for the header, so that header and
-	// bytes go out as one write.
-	m, stored, err := s.store.Get(c.Digest, buf[recordHeaderSize:recordHeaderSize])
+	// bytes go out as one write. The key is digest and algorithm: a chunk
+	// held under the other algorithm is not the one asked for.
+	k := cache.KeyOf(c)
+	m, stored, err := s.store.Get(k, buf[recordHeaderSize:recordHeaderSize])
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
 		s.n.notFound.Add(1)
+		if h, ok := s.store.(haser); ok && h.Has(otherAlgo(k)) {
+			// Held, under the other algorithm: the request's
+			// description is wrong, and this node still holds what
+			// it announced. Not a miss to drop from the holdings.
+			return appendRecordHead(buf[:0], chunkOtherAlgo, false, 0)
+		}
 		if f := s.onMiss.Load(); f != nil {
-			(*f)(blob, c.Digest)
+			(*f)(blob, k)
 		}
 		return appendRecordHead(buf[:0], chunkNotFound, false, 0)
 	case err != nil:
 		s.n.chunkErrors.Add(1)
-		s.log.Warn("exchange: reading chunk", "digest", c.Digest, "err", err)
+		s.log.Warn("exchange: reading chunk", "key", k, "err", err)
 		return appendRecordHead(buf[:0], chunkError, false, 0)
 	case m.Size != c.Size || m.StoredSize > allowance(c) || int(m.StoredSize) != len(stored):
 		// Held in a form the requester's description does not allow.
@@ -263,10 +283,10 @@ func (s *Server) lookup(blob rafs.Digest, c rafs.Chunk, bp, scratch *[]byte) []b
 	if scratch != nil {
 		if err := rafs.VerifyChunk(sc, stored, scratch); err != nil {
 			s.n.corrupt.Add(1)
-			s.log.Warn("exchange: cached chunk fails verification; dropping it", "digest", c.Digest, "err", err)
-			if r, ok := s.store.(remover); ok && r.Remove(c.Digest) == nil {
+			s.log.Warn("exchange: cached chunk fails verification; dropping it", "key", k, "err", err)
+			if r, ok := s.store.(remover); ok && r.Remove(k) == nil {
 				if f := s.onMiss.Load(); f != nil {
-					(*f)(blob, c.Digest)
+					(*f)(blob, k)
 				}
 			}
 			return appendRecordHead(buf[:0], chunkNotFound, false, 0)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/protocol"
 
+	"damselfly/peer/cache"
 	"damselfly/rafs"
 )
 
@@ -71,7 +72,27 @@ const (
 	chunkOK       chunkStatus = 0 // the stored bytes follow
 	chunkNotFound chunkStatus = 1 // the server does not hold the chunk
 	chunkError    chunkStatus = 2 // the server holds it but could not read it
+	// chunkOtherAlgo: the server does not hold the chunk, but holds the
+	// same digest under the other digest algorithm, so the request's
+	// description of the chunk is wrong. Not the server's fault.
+	chunkOtherAlgo chunkStatus = 3
 )
+
+// otherAlgo is k under the other digest algorithm.
+func otherAlgo(k cache.Key) cache.Key {
+	if k.Algo == rafs.DigestBlake3 {
+		k.Algo = rafs.DigestSHA256
+	} else {
+		k.Algo = rafs.DigestBlake3
+	}
+	return k
+}
+
+// flipAlgo is c described with the other digest algorithm.
+func flipAlgo(c rafs.Chunk) rafs.Chunk {
+	c.Flags ^= rafs.ChunkBlake3
+	return c
+}
 
 // Errors callers branch on.
 var (
@@ -284,7 +305,7 @@ func readRecordHead(r io.Reader, c rafs.Chunk) (st chunkStatus, compressed bool,
 	}
 	st, flags, n := chunkStatus(h[0]), h[1], binary.LittleEndian.Uint32(h[2:])
 	switch {
-	case st > chunkError:
+	case st > chunkOtherAlgo:
 		return 0, false, 0, fmt.Errorf("%w: unknown chunk status %d", ErrProtocol, h[0])
 	case st != chunkOK && (flags != 0 || n != 0):
 		return 0, false, 0, fmt.Errorf("%w: chunk status %d with flags %#x and %d bytes", ErrProtocol, st, flags, n)
