@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -167,5 +169,103 @@ func TestOriginMismatchFailsFast(t *testing.T) {
 				t.Error("bytes that failed verification were cached")
 			}
 		})
+	}
+}
+
+// TestFlightNotSharedAcrossSources: two reads of one chunk at once, one
+// whose Upstream names a registry that fails (after holding the request
+// until the other read has come), the other the real registry. The read
+// with the real registry succeeds: a fetch in flight is shared only by
+// reads of the same source, so the bogus one cannot fail it.
+func TestFlightNotSharedAcrossSources(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	o := newOrigin(t, img.dir)
+	entered := make(chan struct{}, 16)
+	release := make(chan struct{})
+	bogus := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		http.Error(w, "denied", http.StatusUnauthorized)
+	}))
+	t.Cleanup(bogus.Close)
+	var released bool
+	free := func() {
+		if !released {
+			released = true
+			close(release)
+		}
+	}
+	t.Cleanup(free)
+	n := newNode(t, clusterKey(t), newScheduler(t), nodeOpts{})
+	ctx := testCtx(t)
+	c := img.chunks[4]
+
+	bad := upstream.Ref{Registry: bogus.URL, Repo: "test/image", Authorization: "Bearer stolen"}
+	badDone := make(chan error, 1)
+	go func() { badDone <- readOne(ctx, n.Node, bad, img.blob, c) }()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the bogus registry was never asked")
+	}
+	goodDone := make(chan error, 1)
+	go func() { goodDone <- readAll(ctx, n.Node, o.ref(), img.blob, []rafs.Chunk{c}) }()
+	// Wait for the good read; if it joins the bogus read's fetch (it
+	// then cannot end before that fetch), let the bogus registry answer
+	// so that the test ends.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var goodErr error
+wait:
+	for {
+		select {
+		case goodErr = <-goodDone:
+			break wait
+		case <-tick.C:
+			if n.Stats().Collapsed > 0 {
+				free()
+			}
+		case <-ctx.Done():
+			t.Fatal("the good read did not end")
+		}
+	}
+	if goodErr != nil {
+		t.Errorf("the read with the real registry failed: %v", goodErr)
+	}
+	if got := n.Stats().Collapsed; got != 0 {
+		t.Errorf("Collapsed: got %d, want 0: the reads of two sources shared a fetch", got)
+	}
+	free()
+	if err := <-badDone; err == nil {
+		t.Error("the read with the bogus registry succeeded")
+	}
+	if !n.cache.Has(cache.KeyOf(c)) {
+		t.Error("the chunk the good read fetched is not cached")
+	}
+}
+
+// TestSourceKey: the flight map's source key (a SHA-256 hash: the
+// credentials are not kept in clear) differs with each of registry,
+// repository and credentials, and fields cannot run into each other.
+func TestSourceKey(t *testing.T) {
+	t.Parallel()
+	base := upstream.Ref{Registry: "https://r.example", Repo: "a/b", Authorization: "Bearer secret"}
+	k := sourceOf(base)
+	for _, other := range []upstream.Ref{
+		{Registry: "https://s.example", Repo: "a/b", Authorization: "Bearer secret"},
+		{Registry: "https://r.example", Repo: "a/c", Authorization: "Bearer secret"},
+		{Registry: "https://r.example", Repo: "a/b", Authorization: "Bearer other"},
+		{Registry: "https://r.example", Repo: "a/bBearer secret"},
+	} {
+		if sourceOf(other) == k {
+			t.Errorf("%+v has the key of %+v", other, base)
+		}
+	}
+	if sourceOf(base) != k {
+		t.Error("the key is not deterministic")
 	}
 }

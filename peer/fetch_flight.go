@@ -3,20 +3,20 @@ package peer
 import (
 	"context"
 
-	"damselfly/peer/cache"
 	"damselfly/proxy"
 	"damselfly/rafs"
 )
 
 // flight is one chunk being fetched, keyed in Node.flights by the chunk's
-// digest and digest algorithm (cache.Key), so that concurrent reads of a
-// chunk wait for one fetch. Its result fields are written once, before ready is closed. A fetched chunk
+// digest and digest algorithm and the read's source (flightKey), so that
+// concurrent reads of a chunk from one source wait for one fetch. Its
+// result fields are written once, before ready is closed. A fetched chunk
 // is ready once verified and done once kept (cached, recorded and
 // announced); a failed one or a cache hit is both at once. It stays in
 // Node.flights until done, so that a read coming meanwhile joins it
 // rather than fetching the chunk again.
 type flight struct {
-	key   cache.Key
+	key   flightKey
 	want  rafs.Chunk // as the leading read asked for it
 	b     *batch
 	ready chan struct{}
@@ -39,17 +39,19 @@ type batch struct {
 }
 
 // join returns a flight for each chunk of cs, joining the flights in
-// progress for their keys (the chunk's digest and algorithm) and starting
-// one fetch for the rest. Every flight returned holds a reference that leave releases.
+// progress for their keys (the chunk's digest and algorithm, and up's
+// source) and starting one fetch for the rest. Every flight returned
+// holds a reference that leave releases.
 func (n *Node) join(up proxy.Upstream, blob rafs.Digest, cs []rafs.Chunk) []*flight {
 	ctx, cancel := context.WithCancel(n.life)
 	b := &batch{cancel: cancel}
 	out := make([]*flight, len(cs))
 	var lead []*flight
+	src := sourceOf(up)
 	n.mu.Lock()
 	closed := n.closed
 	for i, c := range cs {
-		k := cache.KeyOf(c)
+		k := flightKeyOf(c, src)
 		f := n.flights[k]
 		switch {
 		case f == nil || closed:

@@ -68,7 +68,7 @@ type Node struct {
 	writes chan struct{} // a slot per cache write in the background
 
 	mu      sync.Mutex
-	flights map[cache.Key]*flight
+	flights map[flightKey]*flight
 	avoid   map[lpeer.ID]time.Time // peers that sent bad bytes
 	slow    map[lpeer.ID]time.Time // peers cut off for making no progress
 	closed  bool
@@ -117,7 +117,7 @@ func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r Router, origin Origi
 		log:       log, m: m, hold: hold, recent: newRecent(),
 		life: life, stop: stop,
 		writes:  make(chan struct{}, maxBackgroundWrites),
-		flights: make(map[cache.Key]*flight),
+		flights: make(map[flightKey]*flight),
 		avoid:   make(map[lpeer.ID]time.Time),
 		slow:    make(map[lpeer.ID]time.Time),
 		plain:   plain,
