@@ -2,6 +2,9 @@ package peer
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,15 +45,57 @@ func FuzzDecodeHoldings(f *testing.F) {
 	f.Add(encodeHoldings(blob, nil))
 	f.Add(encodeHoldings(blob, []holding{{1, cache.SHA256(blob)}, {2, cache.Key{Algo: rafs.DigestBlake3, Digest: blob}}}))
 	f.Add([]byte(holdingsMagic))
+	f.Add(encodeHoldingsV1(blob, []holding{{1, cache.SHA256(blob)}, {9, cache.SHA256(blob)}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		hs, err := decodeHoldings(blob, b)
 		if err != nil {
 			return
 		}
-		if again := encodeHoldings(blob, hs); string(again) != string(b) {
+		again := encodeHoldings(blob, hs)
+		if binary.BigEndian.Uint32(b[8:]) == holdingsVersion1 {
+			// Written again as version 2, with the same holdings.
+			hs2, err := decodeHoldings(blob, again)
+			if err != nil || !slices.Equal(hs, hs2) {
+				t.Fatalf("version 1 file rewritten as version 2: got %v, %v; want %v", hs2, err, hs)
+			}
+			return
+		}
+		if string(again) != string(b) {
 			t.Fatal("decoded file does not encode back to itself")
 		}
 	})
+}
+
+// encodeHoldingsV1 lays hs out as the release before wrote holdings
+// files: version 1, no digest algorithm.
+func encodeHoldingsV1(blob rafs.Digest, hs []holding) []byte {
+	b := append([]byte(holdingsMagic), 0, 0, 0, holdingsVersion1)
+	b = append(b, blob[:]...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(hs)))
+	for _, h := range hs {
+		b = binary.BigEndian.AppendUint32(b, h.Ordinal)
+		b = append(b, h.Key.Digest[:]...)
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+// A holdings file of the release before is read, its chunks as SHA-256
+// ones (as the cache reads its own version 1 entries).
+func TestHoldingsVersion1(t *testing.T) {
+	t.Parallel()
+	blob := rafs.Digest(sha256.Sum256([]byte("blob")))
+	hs := []holding{{3, cache.SHA256(sha256.Sum256([]byte("a")))}, {4, cache.SHA256(sha256.Sum256([]byte("b")))}}
+	got, err := decodeHoldings(blob, encodeHoldingsV1(blob, hs))
+	if err != nil || !slices.Equal(got, hs) {
+		t.Fatalf("got %v, %v; want %v", got, err, hs)
+	}
+	// An algorithm byte the format does not know is refused.
+	b := encodeHoldings(blob, hs)
+	b[holdingsHeader+4] = 9
+	b = binary.BigEndian.AppendUint32(b[:len(b)-4], crc32.Checksum(b[:len(b)-4], crcTable))
+	if _, err := decodeHoldings(blob, b); !errors.Is(err, errHoldingsCorrupt) {
+		t.Errorf("unknown algorithm: got %v, want errHoldingsCorrupt", err)
+	}
 }
 
 func TestHoldingsPersistedAndReannounced(t *testing.T) {
