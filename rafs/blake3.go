@@ -54,8 +54,13 @@ type blake3Progress struct {
 // advance hashes the groups of in that lie within its first filled bytes,
 // except the last group of in: which group is last decides how it is
 // hashed, so it waits for finish.
-func (h *blake3Progress) advance(in []byte, filled int) {
-	for h.done+blake3GroupSize <= filled && h.done+blake3GroupSize < len(in) {
+func (h *blake3Progress) advance(in []byte, filled int) { h.advanceOf(in, filled, len(in)) }
+
+// advanceOf is advance for an input of total bytes of which in holds the
+// first len(in) (at least filled): the input may arrive in a buffer that
+// grows as it does.
+func (h *blake3Progress) advanceOf(in []byte, filled, total int) {
+	for h.done+blake3GroupSize <= filled && h.done+blake3GroupSize < total {
 		g := (*[blake3GroupSize]byte)(in[h.done:])
 		cv := guts.ChainingValue(guts.CompressBuffer(g, blake3GroupSize, &guts.IV, h.counter, 0))
 		ht := blake3GroupHeight

@@ -29,6 +29,29 @@ func ReadRawChunk(r io.Reader, c Chunk, dst []byte) error {
 		return fmt.Errorf("chunk %s: reading %d bytes of a chunk of %d stored in %d (compressed %v) as raw",
 			c.Digest, len(dst), c.Size, c.CompressedSize, c.Compressed())
 	}
+	_, err := readRaw(r, c, dst, 0)
+	return err
+}
+
+// ReadRawChunkGrowing is ReadRawChunk into memory it allocates as the
+// bytes arrive, not ahead of them: a buffer of min(c.Size, first) bytes
+// (first > 0), four times larger each time it fills, the last one exactly
+// c.Size. A stream that stops early, whatever length it promised, has
+// cost at most first + 6 times the bytes it sent. It returns the chunk's
+// bytes, the caller's to keep, or the error ReadRawChunk would.
+func ReadRawChunkGrowing(r io.Reader, c Chunk, first int) ([]byte, error) {
+	if c.Compressed() || c.CompressedSize != c.Size || first <= 0 {
+		return nil, fmt.Errorf("chunk %s: reading a chunk of %d stored in %d (compressed %v) as raw, first %d",
+			c.Digest, c.Size, c.CompressedSize, c.Compressed(), first)
+	}
+	return readRaw(r, c, make([]byte, min(int(c.Size), first)), 4)
+}
+
+// readRaw reads raw chunk c from r into dst and checks it. With grow 0,
+// len(dst) is c.Size; otherwise dst is replaced by one grow times larger
+// (at most c.Size) each time it fills. It returns the filled buffer.
+func readRaw(r io.Reader, c Chunk, dst []byte, grow int) ([]byte, error) {
+	total := int(c.Size)
 	var (
 		got      Digest
 		filled   int
@@ -40,7 +63,14 @@ func ReadRawChunk(r io.Reader, c Chunk, dst []byte) error {
 	if !blake {
 		sha = sha256.New()
 	}
-	for filled < len(dst) {
+	for filled < total {
+		if filled == len(dst) {
+			// Full: only a growing read gets here. The hashed state
+			// depends on positions, not on the buffer, and survives.
+			next := make([]byte, min(total, grow*len(dst)))
+			copy(next, dst)
+			dst = next
+		}
 		// Read a step's worth (or to the end) before hashing, however
 		// small the pieces the reader returns.
 		want := min(len(dst), filled+readRawStep)
@@ -50,10 +80,10 @@ func ReadRawChunk(r io.Reader, c Chunk, dst []byte) error {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return err
+			return nil, err
 		}
 		if blake {
-			b3.advance(dst, filled)
+			b3.advanceOf(dst, filled, total)
 		} else {
 			sha.Write(dst[hashedTo:filled])
 			hashedTo = filled
@@ -65,7 +95,7 @@ func ReadRawChunk(r io.Reader, c Chunk, dst []byte) error {
 		sha.Sum(got[:0])
 	}
 	if got != c.Digest {
-		return fmt.Errorf("chunk %s: %w", c.Digest, ErrDigestMismatch)
+		return dst, fmt.Errorf("chunk %s: %w", c.Digest, ErrDigestMismatch)
 	}
-	return nil
+	return dst, nil
 }
