@@ -157,13 +157,13 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 			res.Missing = append(res.Missing, c)
 			continue
 		}
-		// n is at most allowance(c), which the request's limits bound.
-		// A buffer per chunk: deliver keeps it (the node caches the
-		// chunk and serves it from memory meanwhile), where a reused
-		// one would have to be copied.
-		stored := make([]byte, n)
+		// n is at most allowance(c), which the request's limits bound,
+		// but it is the peer's word: the buffer grows as the bytes
+		// come. A buffer per chunk: deliver keeps it (the node caches
+		// the chunk and serves it from memory meanwhile), where a
+		// reused one would have to be copied.
 		sc := served(c, compressed, n)
-		bad, err := readStored(r, sc, stored, dp)
+		stored, bad, err := readStored(r, sc, dp)
 		if err != nil {
 			return fmt.Errorf("chunk %d (%s): read %d stored bytes: %w", i, c.Digest, n, err)
 		}
@@ -191,21 +191,22 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 	return nil
 }
 
-// readStored reads chunk c's stored bytes (len(stored) of them) from r
-// and verifies them: bad is the verification's failure, err a read's. A
-// raw chunk is hashed as it arrives, while still in the CPU's caches.
-func readStored(r io.Reader, c rafs.Chunk, stored []byte, scratch *[]byte) (bad, err error) {
+// readStored reads chunk c's stored bytes (c.CompressedSize of them)
+// from r into a new buffer that grows as they arrive, and verifies them:
+// bad is the verification's failure, err a read's. A raw chunk is hashed
+// as it arrives, while still in the CPU's caches.
+func readStored(r io.Reader, c rafs.Chunk, scratch *[]byte) (stored []byte, bad, err error) {
 	if !c.Compressed() && c.CompressedSize == c.Size {
-		err := rafs.ReadRawChunk(r, c, stored)
+		stored, err := rafs.ReadRawChunkGrowing(r, c, firstChunkAlloc)
 		if errors.Is(err, rafs.ErrDigestMismatch) {
-			return err, nil
+			return stored, err, nil
 		}
-		return nil, err
+		return stored, nil, err
 	}
-	if _, err := io.ReadFull(r, stored); err != nil {
-		return nil, err
+	if stored, err = readGrowing(r, int(c.CompressedSize), firstChunkAlloc); err != nil {
+		return nil, nil, err
 	}
-	return rafs.VerifyChunk(c, stored, scratch), nil
+	return stored, rafs.VerifyChunk(c, stored, scratch), nil
 }
 
 // idleReader reads from a stream with a deadline that moves with

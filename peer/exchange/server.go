@@ -244,16 +244,20 @@ func (s *Server) sendAll(ctx context.Context, st network.Stream, p peer.ID, req 
 }
 
 // lookup returns the whole record for c: header and, when the chunk is
-// held, its stored bytes, in *bp (grown as needed).
+// held, its stored bytes, in *bp (grown as needed). Nothing chunk-sized
+// is allocated before the Store found the chunk, and then only what it
+// holds: a request names sizes of up to 16 MiB per chunk, and a peer
+// asking for chunks this node does not have must not cost it that.
 func (s *Server) lookup(blob rafs.Digest, c rafs.Chunk, bp, scratch *[]byte) []byte {
 	buf := *bp
-	if cap(buf) < recordHeaderSize+int(allowance(c)) {
-		buf = make([]byte, recordHeaderSize+int(allowance(c)))
+	if cap(buf) < recordHeaderSize {
+		buf = make([]byte, recordHeaderSize)
 		*bp = buf
 	}
 	buf = buf[:cap(buf)]
 	// Get into the buffer after room for the header, so that header and
-	// bytes go out as one write. The key is digest and algorithm: a chunk
+	// bytes go out as one write; Get grows it, for a chunk it holds,
+	// when it is too small. The key is digest and algorithm: a chunk
 	// held under the other algorithm is not the one asked for.
 	k := cache.KeyOf(c)
 	m, stored, err := s.store.Get(k, buf[recordHeaderSize:recordHeaderSize])
@@ -293,12 +297,17 @@ func (s *Server) lookup(blob rafs.Digest, c rafs.Chunk, bp, scratch *[]byte) []b
 		}
 	}
 	head := appendRecordHead(nil, chunkOK, m.Compressed, m.StoredSize)
-	if &stored[0] == &buf[recordHeaderSize] {
+	if len(buf) > recordHeaderSize && &stored[0] == &buf[recordHeaderSize] {
 		copy(buf, head)
 		return buf[:recordHeaderSize+len(stored)]
 	}
-	// The Store did not use the buffer; copy (rare: a Store that ignores dst).
-	out := append(head, stored...)
+	// The Store did not use the buffer: it was too small for the chunk
+	// (or the Store ignores dst). Copy into one that fits, and keep it
+	// for the next chunks of the stream.
+	out := make([]byte, recordHeaderSize+len(stored))
+	copy(out, head)
+	copy(out[recordHeaderSize:], stored)
+	*bp = out
 	return out
 }
 
@@ -330,4 +339,6 @@ func (s *Server) write(ctx context.Context, st network.Stream, p peer.ID, b []by
 }
 
 // bufPool holds chunk buffers, grown to the largest chunk each has held.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, recordHeaderSize+rafs.DefaultChunkSize); return &b }}
+// A new one is empty: it grows when a chunk is found (server) or decoded
+// (client), to that chunk's size.
+var bufPool = sync.Pool{New: func() any { return new([]byte) }}

@@ -190,8 +190,8 @@ func readTable(r io.Reader, blob rafs.Digest, send func() error) (*piece.Table, 
 	if n > piece.MaxEncodedSize {
 		return nil, fmt.Errorf("%w: table of %d bytes", ErrProtocol, n)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
+	b, err := readGrowing(r, int(n), firstChunkAlloc)
+	if err != nil {
 		return nil, fmt.Errorf("read table: %w", err)
 	}
 	t, err := piece.Decode(b)

@@ -204,8 +204,8 @@ func readRequest(r io.Reader) (*request, error) {
 	if n < minRequestFrame || n > MaxRequestFrame {
 		return nil, fmt.Errorf("%w: frame of %d bytes, want %d..%d", ErrInvalidRequest, n, minRequestFrame, MaxRequestFrame)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
+	body, err := readGrowing(r, int(n), firstRequestAlloc)
+	if err != nil {
 		return nil, fmt.Errorf("read request: %w", err)
 	}
 	return parseRequest(body)
@@ -276,8 +276,8 @@ func readResponseHead(r io.Reader) (Status, string, error) {
 	if n > MaxMessageLen {
 		return 0, "", fmt.Errorf("%w: response message of %d bytes, more than %d", ErrProtocol, n, MaxMessageLen)
 	}
-	msg := make([]byte, n)
-	if _, err := io.ReadFull(r, msg); err != nil {
+	msg, err := readGrowing(r, int(n), firstMessageAlloc)
+	if err != nil {
 		return 0, "", fmt.Errorf("read response message: %w", err)
 	}
 	return st, string(msg), nil
@@ -319,6 +319,40 @@ func readRecordHead(r io.Reader, c rafs.Chunk) (st chunkStatus, compressed bool,
 		return 0, false, 0, fmt.Errorf("%w: raw form of %d bytes for a chunk of %d", ErrProtocol, n, c.Size)
 	}
 	return st, flags&flagCompressed != 0, n, nil
+}
+
+// What a wire reader allocates before the bytes arrive (readGrowing): a
+// length prefix or header is a promise, and a peer that promises much
+// and sends little must not cost this node what it promised.
+const (
+	firstRequestAlloc = 4 << 10  // a request of 83 chunks
+	firstMessageAlloc = 256      // a response message
+	firstChunkAlloc   = 64 << 10 // a chunk's stored bytes, a piece table
+)
+
+// readGrowing reads exactly n bytes from r into memory allocated as they
+// arrive: a buffer of min(n, first) bytes, four times larger each time it
+// fills, the last one exactly n. A reader that stops early has cost at
+// most first + 6 times the bytes it sent. Errors are io.ReadFull's.
+func readGrowing(r io.Reader, n, first int) ([]byte, error) {
+	b := make([]byte, min(n, first))
+	filled := 0
+	for {
+		k, err := io.ReadFull(r, b[filled:])
+		filled += k
+		if err != nil {
+			if err == io.EOF && filled > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		if filled == n {
+			return b, nil
+		}
+		next := make([]byte, min(n, 4*len(b)))
+		copy(next, b)
+		b = next
+	}
 }
 
 // served describes c as the server sent it: its form may differ from the
