@@ -141,3 +141,51 @@ func TestBlake3EntryUnderSHA256Name(t *testing.T) {
 		t.Error("the blake3 entry went too")
 	}
 }
+
+// An entry the release before wrote for a BLAKE3 chunk (version 1, at the
+// bare-hex name) is found by a BLAKE3 read, moved to its own name and
+// served; a SHA-256 entry read under BLAKE3 is not (the other tests).
+func TestLegacyBlake3EntryAdopted(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		read func(c *Cache, tc testChunk) error
+	}{
+		{"Get", func(c *Cache, tc testChunk) error {
+			m, got, err := c.Get(KeyOf(tc.ck), nil)
+			if err == nil && (!bytes.Equal(got, tc.stored) || m != tc.meta()) {
+				return errors.New("other bytes")
+			}
+			return err
+		}},
+		{"ReadChunk", func(c *Cache, tc testChunk) error {
+			dst := make([]byte, tc.ck.Size)
+			if err := c.ReadChunk(tc.ck, dst); err != nil {
+				return err
+			}
+			if !bytes.Equal(dst, tc.data) {
+				return errors.New("other content")
+			}
+			return nil
+		}},
+	} {
+		for _, compressed := range []bool{false, true} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				c := openTest(t, Config{})
+				tc := blake3Chunk(41, 8192, compressed)
+				legacy := SHA256(tc.ck.Digest) // where the release before put it
+				mustPut(t, c, legacy, tc.meta(), tc.stored)
+				if err := tt.read(c, tc); err != nil {
+					t.Fatalf("BLAKE3 read of a legacy entry: %v", err)
+				}
+				if !c.Has(KeyOf(tc.ck)) || c.Has(legacy) {
+					t.Errorf("after the read: BLAKE3 entry %v, legacy file %v; want true, false", c.Has(KeyOf(tc.ck)), c.Has(legacy))
+				}
+				if s := c.Stats(); s.Corrupt != 0 {
+					t.Errorf("Corrupt: got %d, want 0", s.Corrupt)
+				}
+			})
+		}
+	}
+}

@@ -55,6 +55,12 @@ func (c *Cache) ReadChunk(ck rafs.Chunk, dst []byte) error {
 	if err == nil {
 		err = decodeEntry(e, ck, dst)
 	}
+	if err != nil && isNotExist(err) {
+		if m, stored, ok := c.adoptLegacy(k, nil); ok && decodeStored(ck, m, stored, dst) == nil {
+			c.n.hits.Add(1)
+			return nil
+		}
+	}
 	if err != nil {
 		c.n.misses.Add(1)
 		return c.readFailed(k, path, e, err)

@@ -8,7 +8,8 @@
 // They hold the chunk's stored bytes as they are in the blob, behind a
 // small checksummed header; CACHE.md documents the layout. The parts:
 //
-//   - key.go is Key, an entry's identity.
+//   - key.go is Key, an entry's identity; legacy.go finds the BLAKE3
+//     entries of the release before, which had no algorithm in the key.
 //   - format.go encodes and checks the entry header; paths.go names files.
 //   - entry.go reads and writes one entry file: temp file and rename to
 //     write, header, size and CRC checks to read.

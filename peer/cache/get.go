@@ -23,7 +23,9 @@ const touchInterval = time.Minute
 // itself because the file failed a check (counted in Stats.Corrupt). Other
 // errors are I/O failures of the cache's disk; callers treat them as a
 // miss too. An entry of the same digest under the other algorithm is not
-// k's: Get misses, and leaves it alone. A hit makes k the most recently used entry, here and, through
+// k's: Get misses, and leaves it alone (but a BLAKE3 key takes over an
+// entry the release before wrote for it, once its bytes verify as k's
+// chunk: adoptLegacy). A hit makes k the most recently used entry, here and, through
 // the file's mtime (refreshed at most once a minute), for every process
 // that shares the directory. Get may block on disk I/O; it is safe for
 // concurrent use, also with eviction: a file unlinked while it is read
@@ -50,6 +52,12 @@ func (c *Cache) Get(k Key, dst []byte) (Meta, []byte, error) {
 	}
 	if err == nil {
 		out, err = e.readPayload(dst)
+	}
+	if err != nil && isNotExist(err) {
+		if m, out, ok := c.adoptLegacy(k, dst); ok {
+			c.n.hits.Add(1)
+			return m, out, nil
+		}
 	}
 	if err != nil {
 		c.n.misses.Add(1)

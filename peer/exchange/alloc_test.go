@@ -45,14 +45,18 @@ func TestLookupMissAllocatesNoChunk(t *testing.T) {
 	flipped := held[0].Chunk
 	flipped.Flags |= rafs.ChunkBlake3
 	flipped.Size, flipped.CompressedSize = rafs.MaxChunkSize, rafs.MaxChunkSize
-	const limit = 64 << 10 // a 16 MiB chunk is asked for
+	// A 16 MiB chunk is asked for. The one held under the other
+	// algorithm is read once (64 KiB) to see whether it is an entry the
+	// release before wrote for this BLAKE3 chunk (cache.Get, CACHE.md):
+	// that costs what is held, not what is asked for.
 	for _, tt := range []struct {
-		name string
-		c    rafs.Chunk
+		name  string
+		c     rafs.Chunk
+		limit uint64
 	}{
-		{"not held", bigChunk(false)},
-		{"not held, compressed", bigChunk(true)},
-		{"held under the other algorithm", flipped},
+		{"not held", bigChunk(false), 64 << 10},
+		{"not held, compressed", bigChunk(true), 64 << 10},
+		{"held under the other algorithm", flipped, 4 * 64 << 10},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var rec []byte
@@ -64,8 +68,8 @@ func TestLookupMissAllocatesNoChunk(t *testing.T) {
 				t.Fatalf("record %x, want a header without bytes", rec)
 			}
 			t.Logf("measured: %d bytes allocated per lookup", got)
-			if got > limit {
-				t.Errorf("a lookup that found nothing allocated %d bytes, want at most %d", got, limit)
+			if got > tt.limit {
+				t.Errorf("a lookup that found nothing allocated %d bytes, want at most %d", got, tt.limit)
 			}
 		})
 	}
