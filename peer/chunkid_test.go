@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -268,4 +269,77 @@ func TestSourceKey(t *testing.T) {
 	if sourceOf(base) != k {
 		t.Error("the key is not deterministic")
 	}
+}
+
+// TestFlightNotSharedAcrossDescriptions: two reads of one chunk at once
+// with the same source, one describing it at the wrong offset (its
+// origin request held until the other read has come). The origin's
+// bytes there fail the digest, which fails that read at once and for
+// good; the read that describes the chunk right must not share that
+// fetch, and succeeds.
+func TestFlightNotSharedAcrossDescriptions(t *testing.T) {
+	t.Parallel()
+	img := buildImage(t)
+	serve := newOrigin(t, img.dir)
+	entered := make(chan struct{}, 16)
+	release := make(chan struct{})
+	var first sync.Once
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held := false
+		first.Do(func() { held = true })
+		if held {
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		serve.serve(w, r)
+	}))
+	t.Cleanup(o.Close)
+	var released bool
+	free := func() {
+		if !released {
+			released = true
+			close(release)
+		}
+	}
+	t.Cleanup(free)
+	n := newNode(t, clusterKey(t), newScheduler(t), nodeOpts{})
+	ctx := testCtx(t)
+	up := upstream.Ref{Registry: o.URL, Repo: "test/image"}
+	c := img.chunks[4]
+	bad := c
+	bad.CompressedOffset = img.chunks[5].CompressedOffset // another chunk's bytes
+
+	badDone := make(chan error, 1)
+	go func() { badDone <- readOne(ctx, n.Node, up, img.blob, bad) }()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the origin was never asked")
+	}
+	goodDone := make(chan error, 1)
+	go func() { goodDone <- readAll(ctx, n.Node, up, img.blob, []rafs.Chunk{c}) }()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var goodErr error
+wait:
+	for {
+		select {
+		case goodErr = <-goodDone:
+			break wait
+		case <-tick.C:
+			if n.Stats().Collapsed > 0 {
+				free()
+			}
+		case <-ctx.Done():
+			t.Fatal("the good read did not end")
+		}
+	}
+	if goodErr != nil {
+		t.Errorf("the read that describes the chunk right failed: %v", goodErr)
+	}
+	free()
+	wantPermanent(t, "the read at the wrong offset", <-badDone)
 }

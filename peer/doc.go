@@ -15,11 +15,12 @@
 //     verified, while the node caches and announces it.
 //   - fetch_flight.go: one fetch per chunk however many reads want it,
 //     cancelled only when every read waiting for it has gone. A flight is
-//     keyed (fetch_source.go) by the chunk's digest and digest algorithm
-//     and by the read's source (registry, repository and a SHA-256 of its
-//     credentials): a read of another source gets a fetch of its own, so
-//     that one reader's bogus registry or credentials cannot fail
-//     another's read.
+//     keyed (fetch_source.go) by the chunk's digest and digest algorithm,
+//     the read's source (registry, repository and a SHA-256 of its
+//     credentials) and its description of the chunk (blob, offset,
+//     sizes, flags): a read that would fetch otherwise gets a fetch of
+//     its own, so that one reader's bogus registry, credentials or
+//     description cannot fail another's read.
 //   - fetch.go, fetch_round.go: the retry loop of a batch of misses: ask
 //     the Router, fetch from the parents it names (several at once) and
 //     from the origin on this node's turn, wait when told to, until every

@@ -8,8 +8,9 @@ import (
 )
 
 // flight is one chunk being fetched, keyed in Node.flights by the chunk's
-// digest and digest algorithm and the read's source (flightKey), so that
-// concurrent reads of a chunk from one source wait for one fetch. Its
+// digest and digest algorithm, the read's source and its description of
+// the chunk (flightKey), so that concurrent reads of a chunk that would
+// fetch it alike wait for one fetch. Its
 // result fields are written once, before ready is closed. A fetched chunk
 // is ready once verified and done once kept (cached, recorded and
 // announced); a failed one or a cache hit is both at once. It stays in
@@ -39,9 +40,9 @@ type batch struct {
 }
 
 // join returns a flight for each chunk of cs, joining the flights in
-// progress for their keys (the chunk's digest and algorithm, and up's
-// source) and starting one fetch for the rest. Every flight returned
-// holds a reference that leave releases.
+// progress for their keys (the chunk's digest and algorithm, up's source,
+// blob and the chunk's description) and starting one fetch for the rest.
+// Every flight returned holds a reference that leave releases.
 func (n *Node) join(up proxy.Upstream, blob rafs.Digest, cs []rafs.Chunk) []*flight {
 	ctx, cancel := context.WithCancel(n.life)
 	b := &batch{cancel: cancel}
@@ -51,7 +52,7 @@ func (n *Node) join(up proxy.Upstream, blob rafs.Digest, cs []rafs.Chunk) []*fli
 	n.mu.Lock()
 	closed := n.closed
 	for i, c := range cs {
-		k := flightKeyOf(c, src)
+		k := flightKeyOf(blob, c, src)
 		f := n.flights[k]
 		switch {
 		case f == nil || closed:

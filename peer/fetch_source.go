@@ -31,15 +31,25 @@ func sourceOf(up proxy.Upstream) sourceKey {
 
 // flightKey is what a fetch in flight is shared by: the chunk (digest and
 // digest algorithm: a read that names the same digest under the other
-// algorithm wants another chunk) and the source. Reads with another
-// source get a fetch of their own, so that one reader's bogus registry or
-// credentials cannot fail another's read: the origin fetch of a flight
-// uses its leading read's source, and its failure is its waiters'.
+// algorithm wants another chunk), the source, and where the chunk is, as
+// the read describes it (blob, offset, stored length, size, flags).
+// A flight's origin fetch uses its leading read's source and
+// description, and its failure is its waiters': a read with a bogus
+// registry or credentials fails for want of access, one with a wrong
+// offset or size for a digest mismatch, at once and for good. So a read
+// joins only a fetch that would do exactly what its own would, and one
+// reader's bogus source or description cannot fail another's read.
+// Reads of the same content from two blobs, rare, fetch it apiece.
 type flightKey struct {
-	chunk  cache.Key
-	source sourceKey
+	chunk        cache.Key
+	source       sourceKey
+	blob         rafs.Digest
+	off          uint64
+	stored, size uint32
+	flags        uint32
 }
 
-func flightKeyOf(c rafs.Chunk, src sourceKey) flightKey {
-	return flightKey{chunk: cache.KeyOf(c), source: src}
+func flightKeyOf(blob rafs.Digest, c rafs.Chunk, src sourceKey) flightKey {
+	return flightKey{chunk: cache.KeyOf(c), source: src, blob: blob,
+		off: c.CompressedOffset, stored: c.CompressedSize, size: c.Size, flags: c.Flags}
 }
