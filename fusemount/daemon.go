@@ -125,6 +125,15 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	cleanups = append(cleanups, d.boot.Close, d.be.Close)
+	// Grants from the node's peer for every blob of the image, asked
+	// while the mount comes up: with them this mount reads through a
+	// registry outage for its whole life (proxy/authz.go).
+	granted := make(chan struct{})
+	go func() {
+		defer close(granted)
+		d.authorize(ctx)
+	}()
+	cleanups = append(cleanups, func() error { <-granted; return nil })
 	if c := opts.Config.Cache; c.Dir != "" {
 		d.cache, err = cache.Open(cache.Config{Dir: c.Dir, Capacity: c.Capacity, HighWatermark: c.HighWatermark, LowWatermark: c.LowWatermark, DirectIO: c.DirectIO, Logger: d.log})
 		if err != nil {
@@ -191,6 +200,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 			return fmt.Errorf("mount %s: %w", mp, err)
 		}
 	}
+	<-granted
 	d.state.set("running")
 	d.log.Info("mounted", "image", d.image, "mountpoint", mp, "files", d.boot.InodeCount(), "ready_after", time.Since(d.started).Round(time.Millisecond))
 
@@ -217,6 +227,30 @@ func Run(ctx context.Context, opts Options) (err error) {
 		d.pf.wait()
 	}
 	return nil
+}
+
+// grantTimeout bounds the grants request at mount time.
+const grantTimeout = 10 * time.Second
+
+// authorize asks the peer for grants for the image's blobs; a failure
+// only costs reads through a later outage, so it is logged.
+func (d *Daemon) authorize(ctx context.Context) {
+	if d.be.remote == nil {
+		return
+	}
+	blobs, err := d.boot.Blobs()
+	if err != nil {
+		return
+	}
+	ds := make([]rafs.Digest, len(blobs))
+	for i, b := range blobs {
+		ds[i] = b.Digest
+	}
+	ctx, cancel := context.WithTimeout(ctx, grantTimeout)
+	defer cancel()
+	if err := d.be.remote.Authorize(ctx, ds); err != nil {
+		d.log.Warn("no grants from the peer: reads of blobs not read before a registry outage will fail during it", "err", err)
+	}
 }
 
 // unmount detaches the filesystem; a lazy detach when it is busy, so the

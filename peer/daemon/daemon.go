@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
@@ -120,7 +121,11 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	}
 	d.onClose(d.heat.Close)
 
-	if d.proxy, err = proxy.New(cfg.Proxy, d.node, d.up, d.reg, log.With("part", "proxy")); err != nil {
+	pcfg := cfg.Proxy
+	if pcfg.GrantKeyFile == "" {
+		pcfg.GrantKeyFile = filepath.Join(cfg.Dir, "grant.key")
+	}
+	if d.proxy, err = proxy.New(pcfg, d.node, d.up, d.reg, log.With("part", "proxy")); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	if err = d.proxy.Listen(); err != nil {
