@@ -160,6 +160,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	cleanups = append(cleanups, api.Close)
+	// Nobody sees the mount before its grants are settled: a job that
+	// starts reading at once must be able to read through an outage that
+	// begins at once.
+	<-granted
 	root := os.Geteuid() == 0
 	allowOther := root
 	if opts.Config.AllowOther != nil {
@@ -200,7 +204,6 @@ func Run(ctx context.Context, opts Options) (err error) {
 			return fmt.Errorf("mount %s: %w", mp, err)
 		}
 	}
-	<-granted
 	d.state.set("running")
 	d.log.Info("mounted", "image", d.image, "mountpoint", mp, "files", d.boot.InodeCount(), "ready_after", time.Since(d.started).Round(time.Millisecond))
 

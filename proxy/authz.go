@@ -63,7 +63,7 @@ const (
 
 // checker is the part of upstream.Client the gate uses.
 type checker interface {
-	Check(ctx context.Context, ref upstream.Ref, kind, object string) (int, error)
+	Check(ctx context.Context, ref upstream.Ref, kind, object string) (int, string, error)
 }
 
 // gate holds verdicts and asks the registry for missing or aged ones.
@@ -85,8 +85,9 @@ type gate struct {
 // verdict is what the registry said of one (registry, repository,
 // object, credentials).
 type verdict struct {
-	code int // the registry's status: 200 allows
-	at   time.Time
+	code      int // the registry's status: 200 allows
+	challenge string
+	at        time.Time
 }
 
 // decision is the gate's answer for one request.
@@ -96,9 +97,10 @@ type decision struct {
 	// "stale" (a positive verdict within AuthStale, the registry being
 	// unreachable), "grant", or, refused, "origin" (the registry refused:
 	// code is its status) or "unreachable" (nothing to decide on).
-	how  string
-	code int   // refused: the status to answer
-	err  error // why the registry could not be asked, if it was not
+	how       string
+	code      int    // refused: the status to answer
+	challenge string // refused by the registry with 401: its challenge
+	err       error  // why the registry could not be asked, if it was not
 }
 
 func newGate(up checker, ttl, stale time.Duration, key []byte) *gate {
@@ -154,7 +156,7 @@ func fromVerdict(v verdict, how string) decision {
 	if v.code == http.StatusOK {
 		return decision{allowed: true, how: how}
 	}
-	return decision{code: v.code, how: "origin"}
+	return decision{code: v.code, challenge: v.challenge, how: "origin"}
 }
 
 // errOriginDown is the answer for a registry that failed to answer a
@@ -174,7 +176,7 @@ func (g *gate) ask(ctx context.Context, key string, ref upstream.Ref, kind, obje
 	res := g.flight.DoChan(key, func() (any, error) {
 		// Not cancelled when one waiter leaves: the others, and the next
 		// request, want the answer. Check's own timeout bounds it.
-		code, err := g.up.Check(context.WithoutCancel(ctx), ref, kind, object)
+		code, challenge, err := g.up.Check(context.WithoutCancel(ctx), ref, kind, object)
 		if err != nil {
 			if upstream.IsTransient(err) {
 				g.mu.Lock()
@@ -183,7 +185,7 @@ func (g *gate) ask(ctx context.Context, key string, ref upstream.Ref, kind, obje
 			}
 			return verdict{}, err
 		}
-		v := verdict{code: code, at: g.now()}
+		v := verdict{code: code, challenge: challenge, at: g.now()}
 		g.verdicts.Add(key, v)
 		g.mu.Lock()
 		delete(g.down, ref.Registry)
@@ -212,13 +214,33 @@ func (g *gate) validGrant(grant string, ref upstream.Ref, kind, object string) b
 	return hmac.Equal([]byte(grant), []byte(g.grantFor(ref, kind, object)))
 }
 
-// refuse answers a refused mirror request in the distribution spec's
-// shape. A refusal by the registry is left to the caller, which passes
-// the request through so that the client sees the registry's own answer
-// (its challenge included).
+// refusal is the status and message of a refused request.
 func refusal(d decision, registry string) (int, string) {
 	if d.how == "unreachable" {
 		return d.code, fmt.Sprintf("not authorised: the origin registry %s could not be asked (%v) and this client has no recent authorisation from it", registry, d.err)
 	}
 	return d.code, fmt.Sprintf("not authorised: the origin registry %s answered %d", registry, d.code)
+}
+
+// ociCodes names refusals in the distribution spec's error codes.
+var ociCodes = map[int]string{
+	http.StatusUnauthorized: "UNAUTHORIZED",
+	http.StatusForbidden:    "DENIED",
+	http.StatusNotFound:     "BLOB_UNKNOWN",
+}
+
+// refuse answers a refused mirror request in the distribution spec's
+// shape, with the registry's status and, for a 401, its challenge, so
+// that the client authenticates as it would without a mirror. It needs
+// no registry: a client refused during an outage is told so.
+func refuse(w http.ResponseWriter, d decision, registry string) {
+	code, msg := refusal(d, registry)
+	if d.challenge != "" {
+		w.Header().Set("WWW-Authenticate", d.challenge)
+	}
+	name := ociCodes[code]
+	if name == "" {
+		name = "DENIED"
+	}
+	ociError(w, code, name, msg)
 }

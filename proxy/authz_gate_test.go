@@ -23,7 +23,7 @@ type fakeRegistry struct {
 	gateCh chan struct{} // if set, each check waits for a receive
 }
 
-func (f *fakeRegistry) Check(ctx context.Context, ref upstream.Ref, kind, object string) (int, error) {
+func (f *fakeRegistry) Check(ctx context.Context, ref upstream.Ref, kind, object string) (int, string, error) {
 	f.asked.Add(1)
 	if f.gateCh != nil {
 		<-f.gateCh
@@ -31,12 +31,12 @@ func (f *fakeRegistry) Check(ctx context.Context, ref upstream.Ref, kind, object
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
-		return 0, fmt.Errorf("check: %w", &upstream.StatusError{Code: http.StatusServiceUnavailable})
+		return 0, "", fmt.Errorf("check: %w", &upstream.StatusError{Code: http.StatusServiceUnavailable})
 	}
 	if c, ok := f.codes[ref.Authorization]; ok {
-		return c, nil
+		return c, "", nil
 	}
-	return http.StatusUnauthorized, nil
+	return http.StatusUnauthorized, `Basic realm="test"`, nil
 }
 
 func (f *fakeRegistry) setDown(down bool) {

@@ -130,18 +130,13 @@ func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
 			// registry would give them to.
 			d := s.gate.authorize(r.Context(), ref, "blobs", rt.ref, "")
 			s.m.authorize(d)
-			switch {
-			case d.allowed:
+			if d.allowed {
 				s.serveBlob(w, r, bs, ref, path, blob)
-			case d.how == "origin":
-				// The registry refused: it answers the GET itself, so
-				// the client sees its status and challenge.
-				s.passThrough(w, r, ref, path)
-			default:
-				code, msg := refusal(d, reg)
-				s.log.Info("mirror request refused", "registry", reg, "repo", rt.name, "blob", rt.ref, "why", msg)
-				ociError(w, code, "DENIED", msg)
+				return
 			}
+			_, msg := refusal(d, reg)
+			s.log.Info("mirror request refused", "registry", reg, "repo", rt.name, "blob", rt.ref, "why", msg)
+			refuse(w, d, reg)
 			return
 		}
 	}

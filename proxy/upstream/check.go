@@ -29,19 +29,19 @@ const checkAttempts = 2
 // An error means no answer: the registry could not be reached, or
 // answered 5xx or 429 (IsTransient), or the request broke the origin
 // policy (ErrRefused). Safe for concurrent use.
-func (c *Client) Check(ctx context.Context, ref Ref, kind, object string) (int, error) {
+func (c *Client) Check(ctx context.Context, ref Ref, kind, object string) (int, string, error) {
 	if !ValidRepo(ref.Repo) {
-		return 0, fmt.Errorf("check: bad repository name %q", ref.Repo)
+		return 0, "", fmt.Errorf("check: bad repository name %q", ref.Repo)
 	}
 	switch {
 	case kind == "blobs" && ValidDigest(object):
 	case kind == "manifests" && (ValidDigest(object) || ValidTag(object)):
 	default:
-		return 0, fmt.Errorf("check: bad %s reference %q", kind, object)
+		return 0, "", fmt.Errorf("check: bad %s reference %q", kind, object)
 	}
 	base, err := c.registryOf(ref)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	u := base + "/v2/" + ref.Repo + "/" + kind + "/" + object
 	var lastErr error
@@ -51,19 +51,22 @@ func (c *Client) Check(ctx context.Context, ref Ref, kind, object string) (int, 
 				break
 			}
 		}
-		code, err := c.checkOnce(ctx, ref, kind, u)
+		code, challenge, err := c.checkOnce(ctx, ref, kind, u)
 		if err == nil {
-			return code, nil
+			return code, challenge, nil
 		}
 		lastErr = err
 		if !IsTransient(err) || ctx.Err() != nil {
 			break
 		}
 	}
-	return 0, fmt.Errorf("check %s: %w", u, lastErr)
+	return 0, "", fmt.Errorf("check %s: %w", u, lastErr)
 }
 
-func (c *Client) checkOnce(ctx context.Context, ref Ref, kind, u string) (int, error) {
+// maxKeptChallenge bounds a challenge kept from a check.
+const maxKeptChallenge = 1 << 10
+
+func (c *Client) checkOnce(ctx context.Context, ref Ref, kind, u string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	resp, err := c.send(ctx, ref, func() (*http.Request, error) {
@@ -77,14 +80,18 @@ func (c *Client) checkOnce(ctx context.Context, ref Ref, kind, u string) (int, e
 		return req, nil
 	}, true)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer drain(resp)
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-		return 0, &StatusError{Code: resp.StatusCode, Msg: http.StatusText(resp.StatusCode),
+		return 0, "", &StatusError{Code: resp.StatusCode, Msg: http.StatusText(resp.StatusCode),
 			RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	}
-	return resp.StatusCode, nil
+	challenge := ""
+	if ch := resp.Header.Get("WWW-Authenticate"); resp.StatusCode == http.StatusUnauthorized && len(ch) <= maxKeptChallenge {
+		challenge = ch
+	}
+	return resp.StatusCode, challenge, nil
 }
 
 // Ping does the registry's API version check (GET /v2/) of ref's
