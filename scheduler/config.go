@@ -105,8 +105,10 @@ type Config struct {
 	// BanDuration is how long a ban, and an accuser's own avoidance of
 	// the peer it accused, last. Accusations are remembered as long.
 	BanDuration time.Duration
-	// BanQuorum is how many distinct peers must accuse a peer of bad
-	// bytes (within BanDuration) before it is banned cluster-wide.
+	// BanQuorum is how many distinct machines (PeerInfo.Source, the
+	// address the transport saw, not peer IDs or labels) must accuse a
+	// peer of bad bytes within BanDuration before it is banned
+	// cluster-wide.
 	BanQuorum int
 	// AccusationBurst and AccusationRefill rate-limit bad-bytes
 	// accusations per reporter: a token bucket of AccusationBurst tokens,

@@ -69,8 +69,10 @@
 //     are cleared and, for Config.RefuteDuration, not taken from its
 //     announcements again, unless the parent owned up to the first miss
 //     with a Drop (an eviction). A bad-bytes accusation costs the accused one chunk
-//     and the accuser's custom; a cluster-wide ban needs Config.BanQuorum
-//     distinct accusers, and accusations are rate-limited per reporter.
+//     and the accuser's custom; a cluster-wide ban needs accusers on
+//     Config.BanQuorum distinct machines (PeerInfo.Source, the address
+//     the transport saw, not peer IDs, which cost nothing), and
+//     accusations are rate-limited per reporter.
 //   - Admin views (admin.go): sorted copies of peers, blob holdings,
 //     origin fetches in flight and bans, and counts for metrics.
 //   - Placement (pick.go): Pick maps a blob to one of several schedulers

@@ -23,11 +23,20 @@ const (
 	MaxStringLen = 256 // of a peer ID, an address, a label key or value
 )
 
-// PeerInfo is what a peer says about itself when it registers.
+// PeerInfo is what a peer says about itself when it registers, and
+// (Source) where the transport saw it register from.
 type PeerInfo struct {
 	Addrs          []string          // multiaddrs other peers dial it on
 	Labels         map[string]string // LabelHost, LabelRack, LabelZone, others
 	UploadCapacity int64             // bytes/s it may upload; 0 = unknown
+	// Source names the machine the registration came from as the
+	// transport verified it, never as the peer claims: the daemon sets
+	// it from the connection's remote IP address (an IPv6 address cut
+	// to its /64, which one machine may own whole). Peer IDs cost
+	// nothing and labels are the peer's own word, so a ban quorum
+	// counts distinct Sources (feedback.go). Peers registered without
+	// a Source all count as one machine.
+	Source string
 }
 
 // Load is what a peer reports about itself in each heartbeat.
@@ -52,6 +61,9 @@ func (info PeerInfo) validate() error {
 		if len(k) > MaxStringLen || len(v) > MaxStringLen {
 			return fmt.Errorf("label %.32q longer than %d bytes", k, MaxStringLen)
 		}
+	}
+	if len(info.Source) > MaxStringLen {
+		return fmt.Errorf("source of %d bytes, more than %d", len(info.Source), MaxStringLen)
 	}
 	if info.UploadCapacity < 0 {
 		return fmt.Errorf("negative upload capacity %d", info.UploadCapacity)
