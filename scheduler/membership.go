@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 )
@@ -75,8 +76,10 @@ func (info PeerInfo) validate() error {
 // starts a new one: its holdings, origin fetch turns and outstanding
 // assignments from the old session are dropped (it announces its holdings
 // in full after registering), while its feedback record, a ban, and
-// accusations it made or received are kept. The State keeps copies of
-// info's slices and map.
+// accusations it made or received are kept. A peer that is not a member
+// is refused with ErrTooManyPeers when Config.MaxPeers are (members
+// whose TTL ran out are dropped first to make room). The State keeps
+// copies of info's slices and map.
 func (s *State) Register(peerID string, info PeerInfo, now time.Time) error {
 	if peerID == "" || len(peerID) > MaxStringLen {
 		return fmt.Errorf("register: peer ID of %d bytes: %w", len(peerID), ErrInvalid)
@@ -96,6 +99,9 @@ func (s *State) Register(peerID string, info PeerInfo, now time.Time) error {
 	} else {
 		if p != nil {
 			s.removePeer(p)
+		}
+		if !s.room(now) {
+			return fmt.Errorf("register %q: %d members already: %w", peerID, len(s.peers), ErrTooManyPeers)
 		}
 		p = &peer{id: peerID, success: 1, holdings: map[*blobState]int32{}}
 		s.peers[peerID] = p
@@ -173,6 +179,37 @@ func (s *State) Expire(now time.Time) []string {
 	s.sweepOrigin(now)
 	s.sweepBans(now)
 	return gone
+}
+
+// room reports whether a new member fits under Config.MaxPeers at now.
+// When the members are at the bound it drops those whose TTL ran out, as
+// Expire would; finding none, it notes when the first of them could run
+// out, and until then answers at once, so that registrations refused at
+// the bound cost no scan of the members each.
+func (s *State) room(now time.Time) bool {
+	if len(s.peers) < s.cfg.MaxPeers {
+		return true
+	}
+	if now.UnixNano() < s.fullUntil {
+		return false
+	}
+	var gone []*peer
+	next := int64(math.MaxInt64)
+	for _, p := range s.peers {
+		if !s.alive(p, now) {
+			gone = append(gone, p)
+		} else {
+			next = min(next, s.hotOf(p).seen+s.cfg.PeerTTL.Nanoseconds()+1)
+		}
+	}
+	for _, p := range gone {
+		s.removePeer(p)
+	}
+	if len(s.peers) < s.cfg.MaxPeers {
+		return true
+	}
+	s.fullUntil = next
+	return false
 }
 
 // dropSession forgets what p said in its current session: holdings,

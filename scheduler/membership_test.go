@@ -141,3 +141,53 @@ func TestUnregister(t *testing.T) {
 		t.Fatalf("labels of departed peers kept: %v", s.labels)
 	}
 }
+
+// TestRegisterCap: past Config.MaxPeers members a new registration is
+// refused with ErrTooManyPeers; members registering again are not, and
+// are not disturbed; a member that leaves or whose TTL ran out (Expire
+// not run yet) frees its place.
+func TestRegisterCap(t *testing.T) {
+	s := newState(t, func(c *Config) { c.MaxPeers = 3; c.PeerTTL = 10 * time.Second })
+	for _, id := range []string{"a", "b", "c"} {
+		mustRegister(t, s, id, nil, t0)
+	}
+	mustAnnounce(t, s, "a", digest("x"), []uint32{1}, t0)
+	refused := func(id string, now time.Time) {
+		t.Helper()
+		if err := s.Register(id, PeerInfo{}, now); !errors.Is(err, ErrTooManyPeers) {
+			t.Fatalf("%s at %v: got %v, want ErrTooManyPeers", id, now.Sub(t0), err)
+		}
+	}
+	refused("d", t0)
+	refused("d", at(time.Second))
+	// A member registers again; its holdings go, as with any new
+	// session, but its place stays; the others are untouched.
+	mustRegister(t, s, "a", nil, at(2*time.Second))
+	mustAnnounce(t, s, "a", digest("x"), []uint32{1}, at(2*time.Second))
+	if err := s.Heartbeat("b", Load{}, at(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	refused("d", at(3*time.Second))
+	if got := len(s.Peers(at(3 * time.Second))); got != 3 {
+		t.Fatalf("%d members, want 3", got)
+	}
+	// One leaves: its place goes to the next.
+	s.Unregister("c")
+	mustRegister(t, s, "d", nil, at(3*time.Second))
+	refused("e", at(3*time.Second))
+	// d's TTL runs out at 13 s (Expire has not run): e takes its place.
+	if err := s.Heartbeat("a", Load{}, at(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Heartbeat("b", Load{}, at(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	refused("e", at(13*time.Second))
+	mustRegister(t, s, "e", nil, at(13*time.Second+1))
+	if got := held(s, "a", digest("x")); !slices.Equal(got, []uint32{1}) {
+		t.Errorf("a holds %v after the refusals, want [1]", got)
+	}
+	if err := s.Heartbeat("d", Load{}, at(13*time.Second+1)); !errors.Is(err, ErrUnknownPeer) {
+		t.Errorf("d after its TTL: got %v, want ErrUnknownPeer", err)
+	}
+}

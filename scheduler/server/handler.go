@@ -312,6 +312,8 @@ func errorResponse(err error) *wire.Error {
 		code = wire.CodeBanned
 	case errors.Is(err, scheduler.ErrLimit):
 		code = wire.CodeLimit
+	case errors.Is(err, scheduler.ErrTooManyPeers):
+		code = wire.CodeTooManyPeers
 	case errors.Is(err, scheduler.ErrInvalid), errors.Is(err, scheduler.ErrNoAssignment):
 		code = wire.CodeBadRequest
 	}

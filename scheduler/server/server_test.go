@@ -414,3 +414,19 @@ func TestReportSybil(t *testing.T) {
 		}
 	}
 }
+
+// TestRegisterCapWire: a registration past state.max_peers is answered
+// "too many peers"; the member keeps working, and its leaving makes room.
+func TestRegisterCapWire(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.State.MaxPeers = 1
+	s := startServer(t, cfg)
+	a, b := newPeer(t), newPeer(t)
+	wantOK(t, request(t, a, s, &wire.Register{}))
+	wantCode(t, request(t, b, s, &wire.Register{}), wire.CodeTooManyPeers)
+	wantOK(t, request(t, a, s, &wire.Heartbeat{}))
+	wantOK(t, request(t, a, s, &wire.Register{}))
+	wantOK(t, request(t, a, s, &wire.Unregister{}))
+	wantOK(t, request(t, b, s, &wire.Register{}))
+}

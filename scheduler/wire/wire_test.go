@@ -41,6 +41,7 @@ func sampleMessages() []Message {
 		}},
 		&Answer{},
 		&Error{Code: CodeUnknownPeer, Message: "register again"},
+		&Error{Code: CodeTooManyPeers, Message: "register later"},
 	}
 }
 
