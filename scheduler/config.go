@@ -21,6 +21,11 @@ type Config struct {
 	// the bound is what keeps peer IDs, which cost nothing to make,
 	// from costing the scheduler without limit.
 	MaxPeers int
+	// MaxPeersPerSource bounds the members registered from one machine
+	// (PeerInfo.Source, the address the transport saw), so that one
+	// machine making peer IDs cannot take every place of MaxPeers.
+	// Peers behind one NAT address are one machine too.
+	MaxPeersPerSource int
 
 	// MaxParents is the most parents one answer names.
 	MaxParents int
@@ -135,6 +140,7 @@ func Default() Config {
 	return Config{
 		PeerTTL:                30 * time.Second,
 		MaxPeers:               10000,
+		MaxPeersPerSource:      256,
 		MaxParents:             4,
 		MaxChunksPerQuery:      1024,
 		MaxChunksPerBlob:       1 << 20,
@@ -179,6 +185,7 @@ func (c Config) Validate() error {
 	positiveInt("MaxChunksPerQuery", int64(c.MaxChunksPerQuery))
 	positiveInt("MaxChunksPerBlob", int64(c.MaxChunksPerBlob))
 	positiveInt("MaxPeers", int64(c.MaxPeers))
+	positiveInt("MaxPeersPerSource", int64(c.MaxPeersPerSource))
 	positiveInt("MaxHoldingBytesPerPeer", c.MaxHoldingBytesPerPeer)
 	positiveInt("MaxHoldingBytes", c.MaxHoldingBytes)
 	if c.MaxHoldingBytes > 0 && c.MaxHoldingBytesPerPeer > c.MaxHoldingBytes {

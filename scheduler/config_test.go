@@ -19,7 +19,7 @@ func TestValidateNamesEveryField(t *testing.T) {
 		fields []string
 	}{
 		{"zero config", func(c *Config) { *c = Config{} }, []string{
-			"PeerTTL", "MaxPeers", "MaxParents", "MaxChunksPerQuery", "MaxChunksPerBlob", "MaxHoldingBytesPerPeer", "MaxHoldingBytes",
+			"PeerTTL", "MaxPeers", "MaxPeersPerSource", "MaxParents", "MaxChunksPerQuery", "MaxChunksPerBlob", "MaxHoldingBytesPerPeer", "MaxHoldingBytes",
 			"OriginFetchers", "OriginTimeout", "WaitRetry", "MaxWaiters", "LeaseTimeout", "MaxLeasesPerPeer",
 			"FeedbackWeight", "RefThroughput", "BanDuration", "BanQuorum", "AccusationBurst", "AccusationRefill",
 		}},

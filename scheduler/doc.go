@@ -28,7 +28,8 @@
 //     renews it, and a peer silent for Config.PeerTTL is never offered
 //     again and is dropped by Expire with everything it announced. Each
 //     method acts only for the peer ID the transport authenticated. At
-//     most Config.MaxPeers are members; past it, new peers are refused.
+//     most Config.MaxPeers are members, at most Config.MaxPeersPerSource
+//     of them from one machine; past either, new peers are refused.
 //   - Holdings (holdings.go, slab.go, bitset.go): per blob, one bitset of
 //     chunk ordinals per holder, all of a blob's bitsets back to back in
 //     one slab so that a query streams through them. 1,000 peers × 200

@@ -67,18 +67,8 @@ type accusation struct {
 	at     time.Time
 }
 
-// unknownSource stands for the machine of every peer registered without
-// a PeerInfo.Source: they all count as one, so a caller that cannot say
-// where peers are does not let one of them ban alone.
-const unknownSource = "\x00unknown"
-
-// sourceOf names p's machine for ban quorums.
-func sourceOf(p *peer) string {
-	if p.info.Source == "" {
-		return unknownSource
-	}
-	return p.info.Source
-}
+// sourceOf names p's machine for ban quorums (PeerInfo.Source).
+func sourceOf(p *peer) string { return p.info.source() }
 
 // ban is a cluster-wide ban of a peer ID.
 type ban struct {

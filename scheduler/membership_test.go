@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -189,5 +190,50 @@ func TestRegisterCap(t *testing.T) {
 	}
 	if err := s.Heartbeat("d", Load{}, at(13*time.Second+1)); !errors.Is(err, ErrUnknownPeer) {
 		t.Errorf("d after its TTL: got %v, want ErrUnknownPeer", err)
+	}
+}
+
+// TestRegisterCapPerSource: one machine (PeerInfo.Source) has at most
+// Config.MaxPeersPerSource members, so that peer IDs made on one machine
+// cannot take every place of Config.MaxPeers; other machines still join.
+func TestRegisterCapPerSource(t *testing.T) {
+	s := newState(t, func(c *Config) { c.MaxPeersPerSource = 2 })
+	const sybil, other = "192.0.2.66", "192.0.2.1"
+	reg := func(id, src string) error { return s.Register(id, PeerInfo{Source: src}, t0) }
+	for _, id := range []string{"s1", "s2"} {
+		if err := reg(id, sybil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := reg("s3", sybil); !errors.Is(err, ErrTooManyPeers) {
+		t.Fatalf("third peer from one machine: got %v, want ErrTooManyPeers", err)
+	}
+	if err := reg("h", other); err != nil {
+		t.Fatalf("a peer from another machine: %v", err)
+	}
+	// A member registering again from its machine is not refused...
+	if err := reg("s1", sybil); err != nil {
+		t.Fatalf("s1 again: %v", err)
+	}
+	// ...but one moving to a full machine is, and keeps its session.
+	mustAnnounce(t, s, "h", digest("x"), []uint32{1}, t0)
+	if err := reg("h", sybil); !errors.Is(err, ErrTooManyPeers) {
+		t.Fatalf("h moving to a full machine: got %v, want ErrTooManyPeers", err)
+	}
+	if got := held(s, "h", digest("x")); !slices.Equal(got, []uint32{1}) {
+		t.Errorf("h holds %v after its refused move, want [1]", got)
+	}
+	// s1 moves away: its place on the machine frees.
+	if err := reg("s1", "192.0.2.9"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg("s3", sybil); err != nil {
+		t.Fatalf("s3 after s1 moved: %v", err)
+	}
+	// Peers without a Source are all one machine.
+	for i, want := range []error{nil, nil, ErrTooManyPeers} {
+		if err := reg(fmt.Sprint("anon", i), ""); !errors.Is(err, want) {
+			t.Fatalf("anon%d: got %v, want %v", i, err, want)
+		}
 	}
 }

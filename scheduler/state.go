@@ -57,7 +57,8 @@ type State struct {
 	reporters map[string]*reporter
 	labels    map[string]*label
 	nextLabel int32
-	nextLease uint64 // numbers leases; see blobState.leased
+	sources   map[string]int // members by PeerInfo.source()
+	nextLease uint64         // numbers leases; see blobState.leased
 
 	// holdingBytes is the sum of the members' peer.holdingBytes, bounded
 	// by Config.MaxHoldingBytes.
@@ -240,6 +241,7 @@ func New(cfg Config, src rand.Source) (*State, error) {
 		accused:   map[string][]accusation{},
 		reporters: map[string]*reporter{},
 		labels:    map[string]*label{},
+		sources:   map[string]int{},
 		scratch:   sync.Pool{New: newScratch},
 	}, nil
 }

@@ -75,6 +75,7 @@ type AdminConfig struct {
 type StateConfig struct {
 	PeerTTL                time.Duration `mapstructure:"peer_ttl" yaml:"peer_ttl"`
 	MaxPeers               int           `mapstructure:"max_peers" yaml:"max_peers"`
+	MaxPeersPerSource      int           `mapstructure:"max_peers_per_source" yaml:"max_peers_per_source"`
 	MaxParents             int           `mapstructure:"max_parents" yaml:"max_parents"`
 	MaxChunksPerQuery      int           `mapstructure:"max_chunks_per_query" yaml:"max_chunks_per_query"`
 	MaxChunksPerBlob       uint32        `mapstructure:"max_chunks_per_blob" yaml:"max_chunks_per_blob"`
