@@ -46,6 +46,12 @@ type CacheConfig struct {
 	// the cache on the path of a FUSE read, where a chunk the page cache
 	// still holds answers sooner.
 	DirectIO bool `mapstructure:"direct_io"`
+	// Group, a group name or gid, makes the cache's directories 0750 and
+	// files 0640 owned by that group instead of 0700 and 0600 (see
+	// peer/cache.Config.Group). Give the peer daemon's cache.group; a
+	// mount daemon running as another user in that group reads the
+	// cache and leaves writing it to the peer daemon.
+	Group string `mapstructure:"group"`
 }
 
 // PrefetchConfig controls the background fetch after mounting.

@@ -135,7 +135,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}()
 	cleanups = append(cleanups, func() error { <-granted; return nil })
 	if c := opts.Config.Cache; c.Dir != "" {
-		d.cache, err = cache.Open(cache.Config{Dir: c.Dir, Capacity: c.Capacity, HighWatermark: c.HighWatermark, LowWatermark: c.LowWatermark, DirectIO: c.DirectIO, Logger: d.log})
+		d.cache, err = cache.Open(cache.Config{Dir: c.Dir, Capacity: c.Capacity, HighWatermark: c.HighWatermark, LowWatermark: c.LowWatermark, DirectIO: c.DirectIO, Group: c.Group, Logger: d.log})
 		if err != nil {
 			return fmt.Errorf("node cache: %w", err)
 		}
