@@ -86,6 +86,9 @@ func TestModesUnderPermissiveUmask(t *testing.T) {
 				if err := c.Rescan(); err != nil { // creates the lock file
 					t.Fatal(err)
 				}
+				if _, err := c.PutFile("bootstraps", "0123", []byte("a bootstrap")); err != nil {
+					t.Fatal(err)
+				}
 				wantModes(t, dir, tt.dirMode, tt.fileMode, tt.gid)
 
 				// Deleted by hand while in use: what Put makes again.
@@ -113,6 +116,29 @@ func TestModesUnderPermissiveUmask(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+func TestPutFile(t *testing.T) {
+	t.Parallel()
+	c := openTestIO(t, Config{})
+	path, err := c.PutFile("bootstraps", "abc", []byte("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PutFile("bootstraps", "abc", []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != "two" {
+		t.Fatalf("got %q, %v; want the second write", got, err)
+	}
+	for _, bad := range [][2]string{{"", "x"}, {"bootstraps", ""}, {"..", "x"}, {"a/b", "x"}, {"bootstraps", ".tmp-x"}, {"chunks", "x"}, {"lock", "x"}} {
+		if _, err := c.PutFile(bad[0], bad[1], nil); err == nil {
+			t.Errorf("PutFile(%q, %q): got no error", bad[0], bad[1])
+		}
+	}
+	if got := tempFiles(t, c.cfg.Dir); len(got) != 0 {
+		t.Errorf("temp files left: %v", got)
 	}
 }
 
