@@ -84,6 +84,24 @@ func DefaultConfig() Config {
 	}
 }
 
+// Redacted returns c as it may be shown, by the status API and
+// --print-config: backend.auth is REDACTED (it marshals so anyway, as a
+// backend.Secret; here it is replaced too, so that nothing reading the
+// copy can reveal it) and the proxy URLs lose their passwords.
+func (c Config) Redacted() Config {
+	b := &c.Backend
+	if b.Auth != "" {
+		b.Auth = backend.Redacted
+	}
+	if b.Proxy.URL != "" {
+		b.Proxy.URL = backend.RedactURL(b.Proxy.URL)
+	}
+	if b.Proxy.PingURL != "" {
+		b.Proxy.PingURL = backend.RedactURL(b.Proxy.PingURL)
+	}
+	return c
+}
+
 // Validate reports every problem at once, each naming its field.
 func (c Config) Validate() error {
 	var errs []error
