@@ -48,7 +48,7 @@ cluster key at the default path is created; copy it to every peer.`,
 			return err
 		}
 		if printConfig {
-			return yaml.NewEncoder(os.Stdout).Encode(cfg)
+			return yaml.NewEncoder(cmd.OutOrStdout()).Encode(cfg)
 		}
 		log, err := g.logger()
 		if err != nil {
