@@ -56,8 +56,7 @@ func (s *syncBuffer) String() string {
 
 // authRegistry is an in-process registry behind bearer tokens: its token
 // server (/token) gives registryToken to any Basic credentials, and the
-// first failFirst requests under /v2/ fail with 503, so the peer logs
-// retries.
+// first failFirst blob GETs fail with 503, so the peer logs retries.
 func authRegistry(t *testing.T, blob []byte, failFirst int32) *httptest.Server {
 	t.Helper()
 	reg := registry.New(registry.Logger(nilLogger()))
@@ -76,7 +75,7 @@ func authRegistry(t *testing.T, blob []byte, failFirst int32) *httptest.Server {
 			return
 		}
 		if !open.Load() && r.URL.Path != "/v2/" {
-			if fails.Add(-1) >= 0 {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") && fails.Add(-1) >= 0 {
 				http.Error(w, "busy", http.StatusServiceUnavailable)
 				return
 			}
@@ -119,6 +118,7 @@ func TestSecretsStayOutOfLogsAndMetrics(t *testing.T) {
 
 	cfg := testConfig(t, clusterKey(t), "")
 	cfg.Upstream.DockerConfigFile = dockerConfig
+	cfg.Upstream.LendNodeCredentials = []string{host}
 	var logs syncBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	d, err := New(cfg, log)
