@@ -1,10 +1,13 @@
 package main
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"damselfly/scheduler/server"
 )
 
 // The secrets of these tests: backend.auth is base64 of
@@ -78,5 +81,32 @@ func TestSchedulerPrintConfigHidesClusterKey(t *testing.T) {
 		if len(line) >= 16 && strings.Contains(r.stdout+r.stderr, line) {
 			t.Errorf("--print-config shows the cluster key's line %q", line)
 		}
+	}
+}
+
+// The scheduler's state directory, which holds its identity and the
+// cluster key, is made 0700 when found looser, with a log line.
+func TestSchedulerStateDirTightened(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	if err := prepareSchedulerDir(dir, server.Default(dir), slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != 0o700 {
+		t.Errorf("state directory: got mode %v, want 0700", got)
+	}
+	if !strings.Contains(logs.String(), "made it 0700") {
+		t.Errorf("the log does not say so:\n%s", logs.String())
 	}
 }
