@@ -57,7 +57,7 @@ func isDirectRefused(err error) bool { return errors.Is(err, syscall.EINVAL) }
 // error (no space, no permission) is for the real writes to report.
 func probeDirect(dir string) bool {
 	var zero [32]byte
-	f, name, err := createTemp(dir, zero, syscall.O_DIRECT)
+	f, name, err := createTemp(dir, zero, syscall.O_DIRECT, newPerm(-1))
 	if err != nil {
 		return !isDirectRefused(err)
 	}

@@ -7,7 +7,8 @@
 // blob, behind a small checksummed header; CACHE.md documents the layout.
 // The parts:
 //
-//   - format.go encodes and checks the entry header; paths.go names files.
+//   - format.go encodes and checks the entry header; paths.go names files;
+//     perm.go gives what the cache creates its modes and group.
 //   - entry.go reads and writes one entry file: temp file and rename to
 //     write, header, size and CRC checks to read.
 //   - index.go is this process's LRU view of the directory, with byte
