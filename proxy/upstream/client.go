@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -227,9 +228,23 @@ func (c *Client) do(build func() (*http.Request, error), authz string) (*http.Re
 	if err != nil {
 		// A refused redirect comes with the redirect's response (body
 		// closed): nothing of it may reach a client.
-		return nil, err
+		return nil, withoutQuery(err)
 	}
 	return resp, nil
+}
+
+// withoutQuery drops the query of the URL an http.Client error names: a
+// redirect to blob storage carries its signature there, and the error
+// goes to logs and to clients.
+func withoutQuery(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil && (u.RawQuery != "" || u.User != nil) {
+			u.RawQuery, u.User = "", nil
+			ue.URL = u.String() + "?REDACTED"
+		}
+	}
+	return err
 }
 
 // drain reads a little of a response body, so the connection can be

@@ -86,3 +86,16 @@ func TestRedirectToLoopbackFollowed(t *testing.T) {
 		t.Errorf("got %q, %v; want 2345", p, err)
 	}
 }
+
+// A failed redirect to signed storage names the storage URL without its
+// signature, in errors (which reach logs and clients).
+func TestRedirectErrorsHideSignatures(t *testing.T) {
+	t.Parallel()
+	var gets atomic.Int32
+	reg := redirectingRegistry(t, "http://storage.example.test/blob?X-Amz-Signature=SECRETSIG&X-Amz-Credential=AKIA", &gets)
+	c := newClient(t, nil)
+	err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "app"}, rafs.Digest{1}, 0, make([]byte, 4))
+	if err == nil || strings.Contains(err.Error(), "SECRETSIG") || strings.Contains(err.Error(), "AKIA") {
+		t.Errorf("got %v, want an error without the storage URL's query", err)
+	}
+}
