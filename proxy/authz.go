@@ -59,6 +59,9 @@ const (
 	// asked again: requests meanwhile decide on what is remembered at
 	// once instead of each waiting for a connect timeout.
 	downFor = 2 * time.Second
+	// maxDown bounds the registries remembered as down: clients name
+	// registries, so their count is theirs to choose.
+	maxDown = 1024
 )
 
 // checker is the part of upstream.Client the gate uses.
@@ -179,9 +182,7 @@ func (g *gate) ask(ctx context.Context, key string, ref upstream.Ref, kind, obje
 		code, challenge, err := g.up.Check(context.WithoutCancel(ctx), ref, kind, object)
 		if err != nil {
 			if upstream.IsTransient(err) {
-				g.mu.Lock()
-				g.down[ref.Registry] = g.now().Add(downFor)
-				g.mu.Unlock()
+				g.markDown(ref.Registry)
 			}
 			return verdict{}, err
 		}
@@ -201,6 +202,24 @@ func (g *gate) ask(ctx context.Context, key string, ref upstream.Ref, kind, obje
 	case <-ctx.Done():
 		return verdict{}, ctx.Err()
 	}
+}
+
+// markDown remembers that registry failed to answer, for downFor.
+func (g *gate) markDown(registry string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	if len(g.down) >= maxDown {
+		for r, until := range g.down {
+			if !now.Before(until) {
+				delete(g.down, r)
+			}
+		}
+		if len(g.down) >= maxDown {
+			clear(g.down)
+		}
+	}
+	g.down[registry] = now.Add(downFor)
 }
 
 // grantFor is the grant for object of ref's repository at ref's registry.

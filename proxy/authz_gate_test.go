@@ -204,3 +204,20 @@ func TestGrantKeyFile(t *testing.T) {
 		t.Errorf("no file: %d bytes, %v", len(k), err)
 	}
 }
+
+// Clients name registries: however many fail, the gate's memory of them
+// stays bounded.
+func TestGateDownBounded(t *testing.T) {
+	t.Parallel()
+	reg := &fakeRegistry{down: true}
+	g, _ := newTestGate(reg)
+	for i := range 3 * maxDown {
+		g.authorize(t.Context(), upstream.Ref{Registry: fmt.Sprintf("https://r%d", i), Repo: "a"}, "blobs", testBlob, "")
+	}
+	g.mu.Lock()
+	n := len(g.down)
+	g.mu.Unlock()
+	if n > maxDown {
+		t.Errorf("%d registries remembered as down, want at most %d", n, maxDown)
+	}
+}
