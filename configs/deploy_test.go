@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -76,4 +77,186 @@ func TestDeploymentFilesParse(t *testing.T) {
 			}
 		}
 	}
+}
+
+// unitSettings returns the Key=Value lines of a systemd unit's [Service]
+// section.
+func unitSettings(t *testing.T, file string) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	section := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = line
+		case section == "[Service]":
+			if k, v, ok := strings.Cut(line, "="); ok {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// memBytes parses a systemd (512M, 1G) or Kubernetes (512Mi, 1Gi) memory
+// size; both mean powers of 1024 with these suffixes.
+func memBytes(s string) (int64, bool) {
+	s = strings.TrimSuffix(s, "i")
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		}
+		if mult > 1 {
+			s = s[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	return v * mult, err == nil && v > 0
+}
+
+// Every daemon's unit bounds its memory: MemoryHigh (the kernel
+// reclaims and throttles above it) below MemoryMax (it is killed above
+// it), and the peer's MemoryMax equals the DaemonSet's memory limit, so
+// the two deployments size the peer alike.
+func TestUnitsBoundMemory(t *testing.T) {
+	units, _ := filepath.Glob("systemd/*.service")
+	if len(units) < 3 {
+		t.Fatalf("got %d systemd units, want the peer, scheduler and mount units", len(units))
+	}
+	for _, f := range units {
+		s := unitSettings(t, f)
+		high, okHigh := memBytes(s["MemoryHigh"])
+		most, okMax := memBytes(s["MemoryMax"])
+		if !okHigh || !okMax {
+			t.Errorf("%s: got MemoryHigh=%q MemoryMax=%q, want both as sizes", f, s["MemoryHigh"], s["MemoryMax"])
+			continue
+		}
+		if high >= most {
+			t.Errorf("%s: MemoryHigh %s is not below MemoryMax %s", f, s["MemoryHigh"], s["MemoryMax"])
+		}
+	}
+	peerMax, _ := memBytes(unitSettings(t, "systemd/damselfly-peer.service")["MemoryMax"])
+	peer := peerContainer(t, daemonSet(t))
+	if limit, ok := memBytes(peer.Resources.Limits["memory"]); !ok || limit != peerMax {
+		t.Errorf("peer: the DaemonSet's memory limit %q is not the unit's MemoryMax (%d bytes)", peer.Resources.Limits["memory"], peerMax)
+	}
+}
+
+// k8sVolume is the part of a pod volume these tests read.
+type k8sVolume struct {
+	Name     string `yaml:"name"`
+	HostPath *struct {
+		Path string `yaml:"path"`
+		Type string `yaml:"type"`
+	} `yaml:"hostPath"`
+}
+
+// k8sContainer is the part of a container these tests read.
+type k8sContainer struct {
+	Name         string `yaml:"name"`
+	VolumeMounts []struct {
+		Name      string `yaml:"name"`
+		MountPath string `yaml:"mountPath"`
+	} `yaml:"volumeMounts"`
+	Resources struct {
+		Limits map[string]string `yaml:"limits"`
+	} `yaml:"resources"`
+}
+
+type k8sDaemonSet struct {
+	Spec struct {
+		Template struct {
+			Spec struct {
+				Containers []k8sContainer `yaml:"containers"`
+				Volumes    []k8sVolume    `yaml:"volumes"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+func daemonSet(t *testing.T) k8sDaemonSet {
+	t.Helper()
+	data, err := os.ReadFile("kubernetes/peer-daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds k8sDaemonSet
+	if err := yaml.Unmarshal(data, &ds); err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+func peerContainer(t *testing.T, ds k8sDaemonSet) k8sContainer {
+	t.Helper()
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if c.Name == "peer" {
+			return c
+		}
+	}
+	t.Fatal("the DaemonSet has no container named peer")
+	return k8sContainer{}
+}
+
+// sampleCacheDir returns cache.dir of a sample configuration.
+func sampleCacheDir(t *testing.T, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Cache struct {
+			Dir string `yaml:"dir"`
+		} `yaml:"cache"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return cfg.Cache.Dir
+}
+
+// The DaemonSet keeps the node cache on the node, as its comment says: the
+// peer container mounts a hostPath volume at the cache.dir of peer.yaml,
+// which is the path on the node too and mount.yaml's cache.dir, so that
+// the node's mount daemons share the peer's one copy of each chunk.
+// Without it the cache lived in the container, gone with every restart
+// and invisible to the mounts.
+func TestDaemonSetSharesNodeCache(t *testing.T) {
+	dir := sampleCacheDir(t, "peer.yaml")
+	if dir == "" || dir != sampleCacheDir(t, "mount.yaml") {
+		t.Fatalf("cache.dir: peer.yaml %q, mount.yaml %q; want one path", dir, sampleCacheDir(t, "mount.yaml"))
+	}
+	ds := daemonSet(t)
+	vol := ""
+	for _, m := range peerContainer(t, ds).VolumeMounts {
+		if m.MountPath == dir {
+			vol = m.Name
+		}
+	}
+	if vol == "" {
+		t.Fatalf("the peer container mounts nothing at %s", dir)
+	}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Name != vol {
+			continue
+		}
+		if v.HostPath == nil || v.HostPath.Path != dir || v.HostPath.Type != "DirectoryOrCreate" {
+			t.Fatalf("volume %s: got %+v, want hostPath %s, DirectoryOrCreate", vol, v.HostPath, dir)
+		}
+		return
+	}
+	t.Fatalf("no volume %s in the DaemonSet", vol)
 }

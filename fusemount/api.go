@@ -39,13 +39,13 @@ type Status struct {
 	InFlight   float64           `json:"fetches_in_flight"`
 	Errors     uint64            `json:"read_errors"`
 	Verify     uint64            `json:"verify_failures"`
-	Config     Config            `json:"config"`
+	Config     Config            `json:"config"` // Config.Redacted
 }
 
 // Status snapshots the daemon's state and counters.
 func (d *Daemon) Status(mountpoint string) Status {
 	s := Status{State: d.state.get(), Image: d.image, Digest: d.digest, Mountpoint: mountpoint, Version: d.opts.Version,
-		PID: os.Getpid(), Started: d.started, Files: d.boot.InodeCount(), Config: d.opts.Config,
+		PID: os.Getpid(), Started: d.started, Files: d.boot.InodeCount(), Config: d.opts.Config.Redacted(),
 		Reads: map[string]uint64{}, ReadBytes: map[string]uint64{}, Backend: map[string]uint64{}}
 	fams, _ := d.metrics.Registry.Gather()
 	for _, f := range fams {

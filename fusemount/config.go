@@ -46,6 +46,12 @@ type CacheConfig struct {
 	// the cache on the path of a FUSE read, where a chunk the page cache
 	// still holds answers sooner.
 	DirectIO bool `mapstructure:"direct_io"`
+	// Group, a group name or gid, makes the cache's directories 0750 and
+	// files 0640 owned by that group instead of 0700 and 0600 (see
+	// peer/cache.Config.Group). Give the peer daemon's cache.group; a
+	// mount daemon running as another user in that group reads the
+	// cache and leaves writing it to the peer daemon.
+	Group string `mapstructure:"group"`
 }
 
 // PrefetchConfig controls the background fetch after mounting.
@@ -76,6 +82,24 @@ func DefaultConfig() Config {
 		ReadaheadChunks: 4,
 		EntryTimeout:    24 * time.Hour,
 	}
+}
+
+// Redacted returns c as it may be shown, by the status API and
+// --print-config: backend.auth is REDACTED (it marshals so anyway, as a
+// backend.Secret; here it is replaced too, so that nothing reading the
+// copy can reveal it) and the proxy URLs lose their passwords.
+func (c Config) Redacted() Config {
+	b := &c.Backend
+	if b.Auth != "" {
+		b.Auth = backend.Redacted
+	}
+	if b.Proxy.URL != "" {
+		b.Proxy.URL = backend.RedactURL(b.Proxy.URL)
+	}
+	if b.Proxy.PingURL != "" {
+		b.Proxy.PingURL = backend.RedactURL(b.Proxy.PingURL)
+	}
+	return c
 }
 
 // Validate reports every problem at once, each naming its field.

@@ -121,18 +121,28 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := d.open(ctx); err != nil {
-		return err
-	}
-	cleanups = append(cleanups, d.boot.Close, d.be.Close)
+	// The cache first: open keeps the image's bootstrap in it.
 	if c := opts.Config.Cache; c.Dir != "" {
-		d.cache, err = cache.Open(cache.Config{Dir: c.Dir, Capacity: c.Capacity, HighWatermark: c.HighWatermark, LowWatermark: c.LowWatermark, DirectIO: c.DirectIO, Logger: d.log})
+		d.cache, err = cache.Open(cache.Config{Dir: c.Dir, Capacity: c.Capacity, HighWatermark: c.HighWatermark, LowWatermark: c.LowWatermark, DirectIO: c.DirectIO, Group: c.Group, Logger: d.log})
 		if err != nil {
 			return fmt.Errorf("node cache: %w", err)
 		}
 		cleanups = append(cleanups, d.cache.Close)
 		d.metrics.watchCache(d.cache)
 	}
+	if err := d.open(ctx); err != nil {
+		return err
+	}
+	cleanups = append(cleanups, d.boot.Close, d.be.Close)
+	// Grants from the node's peer for every blob of the image, asked
+	// while the mount comes up: with them this mount reads through a
+	// registry outage for its whole life (proxy/authz.go).
+	granted := make(chan struct{})
+	go func() {
+		defer close(granted)
+		d.authorize(ctx)
+	}()
+	cleanups = append(cleanups, func() error { <-granted; return nil })
 	d.fetcher, err = NewFetcher(d.boot, d.cache, d.be, FetcherConfig{
 		AmplifyIO: opts.Config.AmplifyIO, MemoryBytes: opts.Config.MemoryBytes, ReadaheadChunks: opts.Config.ReadaheadChunks,
 	}, d.metrics, d.log)
@@ -151,6 +161,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	cleanups = append(cleanups, api.Close)
+	// Nobody sees the mount before its grants are settled: a job that
+	// starts reading at once must be able to read through an outage that
+	// begins at once.
+	<-granted
 	root := os.Geteuid() == 0
 	allowOther := root
 	if opts.Config.AllowOther != nil {
@@ -219,6 +233,30 @@ func Run(ctx context.Context, opts Options) (err error) {
 	return nil
 }
 
+// grantTimeout bounds the grants request at mount time.
+const grantTimeout = 10 * time.Second
+
+// authorize asks the peer for grants for the image's blobs; a failure
+// only costs reads through a later outage, so it is logged.
+func (d *Daemon) authorize(ctx context.Context) {
+	if d.be.remote == nil {
+		return
+	}
+	blobs, err := d.boot.Blobs()
+	if err != nil {
+		return
+	}
+	ds := make([]rafs.Digest, len(blobs))
+	for i, b := range blobs {
+		ds[i] = b.Digest
+	}
+	ctx, cancel := context.WithTimeout(ctx, grantTimeout)
+	defer cancel()
+	if err := d.be.remote.Authorize(ctx, ds); err != nil {
+		d.log.Warn("no grants from the peer: reads of blobs not read before a registry outage will fail during it", "err", err)
+	}
+}
+
 // unmount detaches the filesystem; a lazy detach when it is busy, so the
 // daemon never outlives its mount.
 func (d *Daemon) unmount(mp string) {
@@ -265,8 +303,10 @@ func (d *Daemon) open(ctx context.Context) error {
 		// mapped from a file when there is a cache directory for it, so
 		// its pages are file-backed and reclaimable rather than heap.
 		d.boot, d.image, d.digest = img.Bootstrap(), o.Image, img.Digest.String()
-		if dir := o.Config.Cache.Dir; dir != "" {
-			if b, err := persistBootstrap(dir, img.Digest.Hex, d.boot); err != nil {
+		if d.cache != nil {
+			if b, err := persistBootstrap(d.cache, img.Digest.Hex, d.boot); errors.Is(err, cache.ErrReadOnly) {
+				d.log.Info("keeping the bootstrap in memory: the node cache is read-only for this user")
+			} else if err != nil {
 				d.log.Warn("keeping the bootstrap in memory", "err", err)
 			} else {
 				d.boot = b
@@ -303,29 +343,12 @@ func (d *Daemon) open(ctx context.Context) error {
 	return nil
 }
 
-// persistBootstrap writes the verified bootstrap under dir/bootstraps,
-// named by the manifest digest (temp file, then rename), and maps it.
-func persistBootstrap(dir, manifestHex string, b *rafs.Bootstrap) (*rafs.Bootstrap, error) {
-	bdir := filepath.Join(dir, "bootstraps")
-	if err := os.MkdirAll(bdir, 0o755); err != nil {
-		return nil, err
-	}
-	final := filepath.Join(bdir, manifestHex)
-	tmp, err := os.CreateTemp(bdir, ".tmp-*")
+// persistBootstrap writes the verified bootstrap into the node cache as
+// bootstraps/<manifest hex>, with the cache's modes (peer/cache
+// Cache.PutFile), and maps it.
+func persistBootstrap(c *cache.Cache, manifestHex string, b *rafs.Bootstrap) (*rafs.Bootstrap, error) {
+	final, err := c.PutFile("bootstraps", manifestHex, b.Bytes())
 	if err != nil {
-		return nil, err
-	}
-	if _, err := tmp.Write(b.Bytes()); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return nil, err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return nil, err
-	}
-	if err := os.Rename(tmp.Name(), final); err != nil {
-		os.Remove(tmp.Name())
 		return nil, err
 	}
 	// The bytes were verified against the manifest's digest a moment ago;

@@ -549,6 +549,9 @@ func (f *Fetcher) store(k rafs.Chunk, stored, dec []byte, keep, toCache bool) {
 
 func (f *Fetcher) putCache(k rafs.Chunk, stored []byte) {
 	if err := f.cache.PutChunk(k, stored); err != nil {
+		if errors.Is(err, cache.ErrReadOnly) {
+			return // a reader in the cache's group: the peer daemon stores chunks
+		}
 		f.m.cacheErrors.Inc()
 		now := time.Now().Unix()
 		if errors.Is(err, cache.ErrNoSpace) {

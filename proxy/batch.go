@@ -125,6 +125,19 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	}
 	s.m.batchChunks.Observe(float64(len(chunks)))
 
+	ref := upstream.Ref{Registry: reg, Repo: repo, Authorization: r.Header.Get("Authorization")}
+	// Chunks of the blob only to a client the registry would give the
+	// blob to.
+	d := s.gate.authorize(r.Context(), ref, "blobs", blob.String(), r.Header.Get(HeaderGrant))
+	s.m.authorize(d)
+	if !d.allowed {
+		code, msg := refusal(d, reg)
+		s.log.Info("batch request refused", "registry", reg, "repo", repo, "blob", blob, "why", msg)
+		http.Error(w, "batch request: "+msg, code)
+		return
+	}
+	w.Header().Set(HeaderGrant, s.gate.grantFor(ref, "blobs", blob.String()))
+
 	v2 := acceptsV2(r.Header.Values("Accept"))
 	rc := http.NewResponseController(w)
 	if v2 {
@@ -135,7 +148,6 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	rc.Flush()
 
-	ref := upstream.Ref{Registry: reg, Repo: repo, Authorization: r.Header.Get("Authorization")}
 	next := 0
 	var writeErr error
 	var hdr []byte

@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 
 	"damselfly/proxy/upstream"
 	"damselfly/rafs"
@@ -22,7 +23,20 @@ import (
 type ChunkClient struct {
 	url string // batch endpoint
 	hc  *http.Client
+
+	mu     sync.Mutex
+	grants map[grantKey]string // the proxy's latest grant per blob
 }
+
+// grantKey names what a grant is for.
+type grantKey struct {
+	registry, repo string
+	blob           rafs.Digest
+}
+
+// maxGrants bounds the grants a client keeps (one per blob read; a mount
+// reads a few dozen).
+const maxGrants = 4096
 
 var _ ChunkSource = (*ChunkClient)(nil)
 
@@ -33,7 +47,28 @@ func NewChunkClient(baseURL string, hc *http.Client) *ChunkClient {
 	if hc == nil {
 		hc = &http.Client{}
 	}
-	return &ChunkClient{url: strings.TrimRight(baseURL, "/") + BatchPath, hc: hc}
+	return &ChunkClient{url: strings.TrimRight(baseURL, "/") + BatchPath, hc: hc, grants: map[grantKey]string{}}
+}
+
+// grant is the grant the proxy last gave for blob, or "".
+func (cc *ChunkClient) grant(k grantKey) string {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.grants[k]
+}
+
+// keepGrant remembers the grant of a response (HeaderGrant), which the
+// proxy honours while the origin registry cannot be asked.
+func (cc *ChunkClient) keepGrant(k grantKey, g string) {
+	if g == "" || len(g) > 128 {
+		return
+	}
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if _, ok := cc.grants[k]; !ok && len(cc.grants) >= maxGrants {
+		clear(cc.grants)
+	}
+	cc.grants[k] = g
 }
 
 // ReadChunks implements ChunkSource. It asks for the v2 response
@@ -131,6 +166,10 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 	if up.Authorization != "" {
 		hreq.Header.Set("Authorization", up.Authorization)
 	}
+	gk := grantKey{up.Registry, up.Repo, blob}
+	if g := cc.grant(gk); g != "" {
+		hreq.Header.Set(HeaderGrant, g)
+	}
 	resp, err := cc.hc.Do(hreq)
 	if err != nil {
 		return stored, plain, &ChunkError{Index: start, Transient: ctx.Err() == nil, Err: fmt.Errorf("batch request: %w", err)}
@@ -144,6 +183,7 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != ContentTypeChunks && mt != ContentTypeChunksV2 {
 		return stored, plain, &ChunkError{Index: start, Err: fmt.Errorf("%w: content type %q", errProtocol, resp.Header.Get("Content-Type"))}
 	}
+	cc.keepGrant(gk, resp.Header.Get(HeaderGrant))
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	readErr := func(i int, err error) *ChunkError {
 		transient := !errors.Is(err, errProtocol) && ctx.Err() == nil

@@ -17,6 +17,8 @@ const (
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultShutdownTimeout   = 10 * time.Second
 	DefaultWriteStallTimeout = time.Minute
+	DefaultAuthTTL           = time.Minute
+	DefaultAuthStale         = 24 * time.Hour
 )
 
 // Config configures a Server. The zero value of every field means its
@@ -46,6 +48,20 @@ type Config struct {
 	// ShutdownTimeout is how long Serve waits for requests in flight
 	// after its context ends before closing their connections.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+	// AuthTTL is how long the origin registry's verdict on a client
+	// (may these credentials pull this blob of this repository?) is used
+	// before the registry is asked again (authz.go). A refusal is kept at
+	// most 5 s.
+	AuthTTL time.Duration `mapstructure:"auth_ttl"`
+	// AuthStale is how long a client the registry allowed keeps being
+	// allowed while the registry cannot be reached. Clients it never
+	// allowed are refused during an outage.
+	AuthStale time.Duration `mapstructure:"auth_stale"`
+	// GrantKeyFile holds the key of the grants that let an allowed mount
+	// daemon read through an outage for its whole life (authz.go): 32
+	// random bytes, created 0600 on first start. Empty: a new key per
+	// process, so grants do not survive a restart.
+	GrantKeyFile string `mapstructure:"grant_key_file"`
 }
 
 // Default returns the default configuration.
@@ -58,6 +74,8 @@ func Default() Config {
 		MaxHeaderBytes:    DefaultMaxHeaderBytes,
 		WriteStallTimeout: DefaultWriteStallTimeout,
 		ShutdownTimeout:   DefaultShutdownTimeout,
+		AuthTTL:           DefaultAuthTTL,
+		AuthStale:         DefaultAuthStale,
 	}
 }
 
@@ -84,6 +102,12 @@ func (c Config) withDefaults() Config {
 	if c.WriteStallTimeout == 0 {
 		c.WriteStallTimeout = d.WriteStallTimeout
 	}
+	if c.AuthTTL == 0 {
+		c.AuthTTL = d.AuthTTL
+	}
+	if c.AuthStale == 0 {
+		c.AuthStale = d.AuthStale
+	}
 	return c
 }
 
@@ -105,7 +129,7 @@ func (c Config) Validate() error {
 	}{
 		{"read_header_timeout", c.ReadHeaderTimeout}, {"read_timeout", c.ReadTimeout},
 		{"idle_timeout", c.IdleTimeout}, {"shutdown_timeout", c.ShutdownTimeout},
-		{"write_stall_timeout", c.WriteStallTimeout},
+		{"write_stall_timeout", c.WriteStallTimeout}, {"auth_ttl", c.AuthTTL}, {"auth_stale", c.AuthStale},
 	} {
 		if f.d < 0 {
 			errs = append(errs, fmt.Errorf("%s: %v is negative", f.name, f.d))

@@ -16,6 +16,7 @@ type metrics struct {
 	batchChunks   prometheus.Histogram   // chunks per batch request
 	upstreamBytes prometheus.Counter     // pass-through body bytes
 	peerBlobBytes prometheus.Counter     // plain blob bytes served from pieces
+	authz         *prometheus.CounterVec // decision
 	collectors    []prometheus.Collector
 }
 
@@ -43,7 +44,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Plain blob bytes served to clients from pieces (node cache and peers) instead of the upstream registry.",
 		}),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.bytes, m.batchChunks, m.upstreamBytes, m.peerBlobBytes}
+	m.authz = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "damselfly", Subsystem: "proxy", Name: "authorizations_total",
+		Help: "Requests for blob bytes from the node or its peers, by decision: allowed (fresh, stale, grant) or refused (origin, unreachable).",
+	}, []string{"decision"})
+	m.collectors = []prometheus.Collector{m.requests, m.bytes, m.batchChunks, m.upstreamBytes, m.peerBlobBytes, m.authz}
 	for _, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register proxy metrics: %w", err)
@@ -104,3 +109,8 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// authorize counts a gate decision.
+func (m *metrics) authorize(d decision) {
+	m.authz.WithLabelValues(d.how).Inc()
+}

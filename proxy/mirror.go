@@ -96,9 +96,7 @@ func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
 	}
 	rest := strings.TrimPrefix(r.URL.Path, "/v2/")
 	if rest == "" {
-		w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte("{}"))
+		s.serveVersionCheck(w, r)
 		return
 	}
 	rt, code, msg := parseV2(rest)
@@ -128,15 +126,58 @@ func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
 	ref := upstream.Ref{Registry: reg, Repo: rt.name, Authorization: r.Header.Get("Authorization")}
 	if bs, ok := s.chunks.(BlobSource); ok && rt.kind == "blobs" && r.Method == http.MethodGet {
 		if blob, err := rafs.ParseDigest(rt.ref); err == nil {
-			s.serveBlob(w, r, bs, ref, path, blob)
+			// Bytes from the node or its peers only to a client the
+			// registry would give them to.
+			d := s.gate.authorize(r.Context(), ref, "blobs", rt.ref, "")
+			s.m.authorize(d)
+			if d.allowed {
+				s.serveBlob(w, r, bs, ref, path, blob)
+				return
+			}
+			_, msg := refusal(d, reg)
+			s.log.Info("mirror request refused", "registry", reg, "repo", rt.name, "blob", rt.ref, "why", msg)
+			refuse(w, d, reg)
 			return
 		}
 	}
+	s.passThrough(w, r, ref, path)
+}
+
+// passThrough forwards the request to the origin and its answer back.
+func (s *Server) passThrough(w http.ResponseWriter, r *http.Request, ref upstream.Ref, path string) {
 	n, err := s.up.Forward(r.Context(), w, r, ref, path)
 	s.m.upstreamBytes.Add(float64(n))
 	if err != nil {
-		s.log.Debug("pass-through failed", "registry", reg, "path", path, "err", err)
+		s.log.Debug("pass-through failed", "registry", ref.Registry, "path", path, "err", err)
 	}
+}
+
+// serveVersionCheck answers GET /v2/ as the registry the request would
+// be served from answers it, with the client's credentials: a 401 and
+// its challenge reach the client, which is how skopeo, podman and crane
+// learn that they must send credentials (they send none otherwise). A
+// registry that cannot be reached gets 200 from the mirror, so that
+// clients go on to ask for what the node may still serve.
+func (s *Server) serveVersionCheck(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Docker-Distribution-API-Version", "registry/2.0")
+	h.Set("Content-Type", "application/json")
+	if reg, err := s.registryFor(r); err == nil {
+		code, rh, err := s.up.Ping(r.Context(), upstream.Ref{Registry: reg, Authorization: r.Header.Get("Authorization")})
+		switch {
+		case err != nil:
+			s.log.Debug("version check: origin unreachable; answering it here", "registry", reg, "err", err)
+		case code == http.StatusUnauthorized:
+			for _, v := range rh.Values("WWW-Authenticate") {
+				h.Add("WWW-Authenticate", v)
+			}
+			ociError(w, code, "UNAUTHORIZED", "authentication required by "+reg)
+			return
+		case code != http.StatusOK:
+			s.log.Debug("version check: origin answered "+strconv.Itoa(code), "registry", reg)
+		}
+	}
+	w.Write([]byte("{}"))
 }
 
 // ociError writes an error in the distribution spec's JSON shape.

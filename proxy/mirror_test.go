@@ -208,9 +208,26 @@ func TestNodeCredentials(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte(`{"auths":{"`+e.reg.Host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, _, body := e.do(t, http.MethodGet, "/v2/private/app/manifests/v1", nil)
+	if code, _, _ := e.do(t, http.MethodGet, "/v2/private/app/manifests/v1", nil); code != http.StatusUnauthorized {
+		t.Errorf("node credentials not lent: got %d, want 401", code)
+	}
+
+	// Lent to this registry only: the same request gets the manifest.
+	lent := newEnv(t, envOptions{
+		auth: &regtest.Auth{User: "node", Pass: "pw"},
+		upCfg: func(c *upstream.Config) {
+			c.DockerConfigFile = cfgFile
+			c.LendNodeCredentials = []string{strings.TrimPrefix(c.DefaultRegistry, "http://")}
+		},
+	})
+	manifest, _, _ = lent.reg.PushImage(t, "private/app", "v1")
+	auth = strings.TrimPrefix(lent.reg.BasicAuth(), "Basic ")
+	if err := os.WriteFile(cfgFile, []byte(`{"auths":{"`+lent.reg.Host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, body := lent.do(t, http.MethodGet, "/v2/private/app/manifests/v1", nil)
 	if code != http.StatusOK || !bytes.Equal(body, manifest) {
-		t.Errorf("with node credentials: got %d, want 200 and the manifest", code)
+		t.Errorf("with node credentials lent: got %d, want 200 and the manifest", code)
 	}
 }
 

@@ -27,6 +27,7 @@ type Server struct {
 	log    *slog.Logger
 	m      *metrics
 	srv    *http.Server
+	gate   *gate
 
 	mu  sync.Mutex
 	lns []net.Listener
@@ -55,7 +56,11 @@ func New(cfg Config, chunks ChunkSource, up *upstream.Client, reg prometheus.Reg
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, chunks: chunks, up: up, log: log, m: m}
+	key, err := loadGrantKey(cfg.GrantKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, chunks: chunks, up: up, log: log, m: m, gate: newGate(up, cfg.AuthTTL, cfg.AuthStale, key)}
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", m.instrument("healthz", cfg.WriteStallTimeout, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -66,6 +71,7 @@ func New(cfg Config, chunks ChunkSource, up *upstream.Client, reg prometheus.Reg
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	}
 	mux.Handle("POST /api/v1/chunks", m.instrument("chunks", cfg.WriteStallTimeout, http.HandlerFunc(s.serveChunks)))
+	mux.Handle("POST "+GrantsPath, m.instrument("grants", cfg.WriteStallTimeout, http.HandlerFunc(s.serveGrants)))
 	mux.Handle("/v2/", m.instrument("v2", cfg.WriteStallTimeout, http.HandlerFunc(s.serveV2)))
 
 	s.srv = &http.Server{

@@ -18,6 +18,7 @@ type PeerView struct {
 	ID             string
 	Addrs          []string
 	Labels         map[string]string
+	Source         string // the machine it registered from (PeerInfo.Source)
 	UploadCapacity int64
 	Load           Load
 	Joined         time.Time
@@ -79,7 +80,7 @@ func (s *State) Peers(now time.Time) []PeerView {
 	out := make([]PeerView, 0, len(s.peers))
 	for _, p := range s.peers {
 		v := PeerView{
-			ID: p.id, Addrs: slices.Clone(p.info.Addrs), Labels: maps.Clone(p.info.Labels),
+			ID: p.id, Addrs: slices.Clone(p.info.Addrs), Labels: maps.Clone(p.info.Labels), Source: p.info.Source,
 			UploadCapacity: p.info.UploadCapacity, Load: p.load, Joined: p.joined, LastSeen: time.Unix(0, s.hotOf(p).seen).UTC(),
 			Alive: s.alive(p, now), Pending: p.pending, Success: p.success, Throughput: p.throughput,
 			Reports: p.reports, Blobs: len(p.holdings), HoldingBytes: p.holdingBytes, OriginTurns: p.fetching,

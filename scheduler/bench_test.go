@@ -70,6 +70,7 @@ func newScale(b *testing.B) *State {
 	for i, id := range scaleIDs {
 		info := PeerInfo{
 			Addrs:          []string{fmt.Sprintf("/ip4/10.0.%d.%d/tcp/4001", i/250, i%250)},
+			Source:         fmt.Sprintf("10.0.%d.%d", i/250, i%250),
 			Labels:         labels(fmt.Sprint("zone", i%3), fmt.Sprint("rack", i%30), fmt.Sprint("host", i)),
 			UploadCapacity: 100 << 20,
 		}

@@ -14,6 +14,18 @@ type Config struct {
 	// registration or heartbeat. A peer silent for longer is never
 	// offered as a parent, and Expire drops it with all its holdings.
 	PeerTTL time.Duration
+	// MaxPeers bounds the members: a registration that would start a
+	// session beyond it is refused with ErrTooManyPeers (members
+	// registering again are not refused, and a peer whose TTL ran out
+	// frees its place). Each member costs about 1 KiB before holdings;
+	// the bound is what keeps peer IDs, which cost nothing to make,
+	// from costing the scheduler without limit.
+	MaxPeers int
+	// MaxPeersPerSource bounds the members registered from one machine
+	// (PeerInfo.Source, the address the transport saw), so that one
+	// machine making peer IDs cannot take every place of MaxPeers.
+	// Peers behind one NAT address are one machine too.
+	MaxPeersPerSource int
 
 	// MaxParents is the most parents one answer names.
 	MaxParents int
@@ -27,6 +39,12 @@ type Config struct {
 	// take (bitset words plus a fixed cost per blob held), so a peer that
 	// announces absurd ordinals or blobs hurts only itself.
 	MaxHoldingBytesPerPeer int64
+	// MaxHoldingBytes bounds the same count over all members, so that
+	// MaxPeers peers each within MaxHoldingBytesPerPeer still cannot
+	// make the scheduler hold more: an announcement that would take the
+	// total over it fails with ErrLimit, as one over the peer's own
+	// budget does.
+	MaxHoldingBytes int64
 
 	// OriginFetchers (M) is the most peers fetching one chunk from the
 	// origin at the same time. The others are told to wait for them.
@@ -105,8 +123,10 @@ type Config struct {
 	// BanDuration is how long a ban, and an accuser's own avoidance of
 	// the peer it accused, last. Accusations are remembered as long.
 	BanDuration time.Duration
-	// BanQuorum is how many distinct peers must accuse a peer of bad
-	// bytes (within BanDuration) before it is banned cluster-wide.
+	// BanQuorum is how many distinct machines (PeerInfo.Source, the
+	// address the transport saw, not peer IDs or labels) must accuse a
+	// peer of bad bytes within BanDuration before it is banned
+	// cluster-wide.
 	BanQuorum int
 	// AccusationBurst and AccusationRefill rate-limit bad-bytes
 	// accusations per reporter: a token bucket of AccusationBurst tokens,
@@ -119,10 +139,13 @@ type Config struct {
 func Default() Config {
 	return Config{
 		PeerTTL:                30 * time.Second,
+		MaxPeers:               10000,
+		MaxPeersPerSource:      256,
 		MaxParents:             4,
 		MaxChunksPerQuery:      1024,
 		MaxChunksPerBlob:       1 << 20,
 		MaxHoldingBytesPerPeer: 16 << 20,
+		MaxHoldingBytes:        4 << 30,
 		OriginFetchers:         1,
 		OriginTimeout:          30 * time.Second,
 		OriginTurnsPerPeer:     4,
@@ -161,7 +184,13 @@ func (c Config) Validate() error {
 	positiveInt("MaxParents", int64(c.MaxParents))
 	positiveInt("MaxChunksPerQuery", int64(c.MaxChunksPerQuery))
 	positiveInt("MaxChunksPerBlob", int64(c.MaxChunksPerBlob))
+	positiveInt("MaxPeers", int64(c.MaxPeers))
+	positiveInt("MaxPeersPerSource", int64(c.MaxPeersPerSource))
 	positiveInt("MaxHoldingBytesPerPeer", c.MaxHoldingBytesPerPeer)
+	positiveInt("MaxHoldingBytes", c.MaxHoldingBytes)
+	if c.MaxHoldingBytes > 0 && c.MaxHoldingBytesPerPeer > c.MaxHoldingBytes {
+		errs = append(errs, fmt.Errorf("MaxHoldingBytesPerPeer: %d is more than MaxHoldingBytes %d", c.MaxHoldingBytesPerPeer, c.MaxHoldingBytes))
+	}
 	positiveInt("OriginFetchers", int64(c.OriginFetchers))
 	positiveDur("OriginTimeout", c.OriginTimeout)
 	if c.OriginTurnsPerPeer < 0 {

@@ -19,11 +19,12 @@ func TestValidateNamesEveryField(t *testing.T) {
 		fields []string
 	}{
 		{"zero config", func(c *Config) { *c = Config{} }, []string{
-			"PeerTTL", "MaxParents", "MaxChunksPerQuery", "MaxChunksPerBlob", "MaxHoldingBytesPerPeer",
+			"PeerTTL", "MaxPeers", "MaxPeersPerSource", "MaxParents", "MaxChunksPerQuery", "MaxChunksPerBlob", "MaxHoldingBytesPerPeer", "MaxHoldingBytes",
 			"OriginFetchers", "OriginTimeout", "WaitRetry", "MaxWaiters", "LeaseTimeout", "MaxLeasesPerPeer",
 			"FeedbackWeight", "RefThroughput", "BanDuration", "BanQuorum", "AccusationBurst", "AccusationRefill",
 		}},
 		{"weights out of range", func(c *Config) { c.FeedbackWeight = 1.5; c.Jitter = 1 }, []string{"FeedbackWeight", "Jitter"}},
+		{"per-peer budget over the total", func(c *Config) { c.MaxHoldingBytes = c.MaxHoldingBytesPerPeer - 1 }, []string{"MaxHoldingBytesPerPeer"}},
 		{"negative durations", func(c *Config) { c.PeerTTL = -time.Second; c.BanDuration = -1 }, []string{"PeerTTL", "BanDuration"}},
 	}
 	for _, tt := range tests {

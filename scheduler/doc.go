@@ -27,14 +27,18 @@
 //   - Membership (membership.go): Register starts a session, Heartbeat
 //     renews it, and a peer silent for Config.PeerTTL is never offered
 //     again and is dropped by Expire with everything it announced. Each
-//     method acts only for the peer ID the transport authenticated.
+//     method acts only for the peer ID the transport authenticated. At
+//     most Config.MaxPeers are members, at most Config.MaxPeersPerSource
+//     of them from one machine; past either, new peers are refused.
 //   - Holdings (holdings.go, slab.go, bitset.go): per blob, one bitset of
 //     chunk ordinals per holder, all of a blob's bitsets back to back in
 //     one slab so that a query streams through them. 1,000 peers × 200
 //     blobs × 1,000 chunks, half held, is 200,000 holdings in about 35 MiB
 //     of heap. Announce adds, AnnounceFull replaces (after a reconnect),
 //     Drop removes. A per-peer memory budget bounds what one peer can
-//     make the scheduler store.
+//     make the scheduler store, counting each blob at what a blob
+//     nobody else holds costs, and a budget over all peers bounds the
+//     total.
 //   - Parent selection (parents.go, parents_choose.go, request.go,
 //     score.go): Parents answers with up to Config.MaxParents peers that
 //     together cover the chunks asked for, chosen by greedy weighted set
@@ -69,8 +73,10 @@
 //     are cleared and, for Config.RefuteDuration, not taken from its
 //     announcements again, unless the parent owned up to the first miss
 //     with a Drop (an eviction). A bad-bytes accusation costs the accused one chunk
-//     and the accuser's custom; a cluster-wide ban needs Config.BanQuorum
-//     distinct accusers, and accusations are rate-limited per reporter.
+//     and the accuser's custom; a cluster-wide ban needs accusers on
+//     Config.BanQuorum distinct machines (PeerInfo.Source, the address
+//     the transport saw, not peer IDs, which cost nothing), and
+//     accusations are rate-limited per reporter.
 //   - Admin views (admin.go): sorted copies of peers, blob holdings,
 //     origin fetches in flight and bans, and counts for metrics.
 //   - Placement (pick.go): Pick maps a blob to one of several schedulers

@@ -16,8 +16,13 @@ var (
 	// count, chunk ordinal, empty peer ID, a peer reporting itself).
 	ErrInvalid = errors.New("scheduler: invalid request")
 	// ErrLimit: accepting the announcement would take the peer over
-	// Config.MaxHoldingBytesPerPeer.
+	// Config.MaxHoldingBytesPerPeer, or all peers together over
+	// Config.MaxHoldingBytes.
 	ErrLimit = errors.New("scheduler: holdings limit reached")
+	// ErrTooManyPeers: a registration would start a session beyond
+	// Config.MaxPeers. The peer may try again later; members are not
+	// affected.
+	ErrTooManyPeers = errors.New("scheduler: too many peers")
 	// ErrNoAssignment: a report about a peer the scheduler did not assign
 	// to the reporter for that blob within Config.LeaseTimeout, or whose
 	// assignment was already reported. Reports are only taken about

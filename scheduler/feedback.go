@@ -42,20 +42,33 @@ type Outcome struct {
 // costs the accused only little: the bad chunk is cleared from its
 // holding, and the accuser is never sent to it again for BanDuration.
 // A cluster-wide ban (holdings dropped, never named as a parent, its
-// announcements refused, for BanDuration) needs BanQuorum distinct
-// accusers within BanDuration. A banned peer's accusations do not count,
-// and each reporter has a token bucket of AccusationBurst accusations
-// refilled one per AccusationRefill, kept by peer ID so that rejoining
-// does not refill it. With the default quorum of 2, no single member can
-// get anyone banned, however it lies; a peer that really sends bad bytes
-// is banned as soon as a second victim reports it, and no bad byte
-// reaches a reader meanwhile because requesters verify every chunk.
+// announcements refused, for BanDuration) needs accusers on BanQuorum
+// distinct machines within BanDuration. A machine is the accuser's
+// PeerInfo.Source, the address the transport saw it register from: a
+// peer ID is a key pair anyone can make by the thousand, and a host
+// label is whatever the peer wrote, so counting either would let one
+// machine running many peer IDs (a sybil) ban an honest parent alone.
+// Accusations from several peer IDs on one machine count once (the
+// newest is kept). A banned peer's accusations do not count, and each
+// reporter has a token bucket of AccusationBurst accusations refilled
+// one per AccusationRefill, kept by peer ID so that rejoining does not
+// refill it. With the default quorum of 2, no single machine can get
+// anyone banned, however many peers it runs and however it lies; a peer
+// that really sends bad bytes is banned as soon as a victim on a second
+// machine reports it, and no bad byte reaches a reader meanwhile because
+// requesters verify every chunk. The price: honest nodes behind one NAT
+// address count as one machine, so banning a bad peer they alone see
+// takes an operator (Ban).
 
 // accusation is one reporter's bad-bytes report about a peer.
 type accusation struct {
-	by string
-	at time.Time
+	by     string // the reporter's peer ID
+	source string // the machine it reported from; see sourceOf
+	at     time.Time
 }
+
+// sourceOf names p's machine for ban quorums (PeerInfo.Source).
+func sourceOf(p *peer) string { return p.info.source() }
 
 // ban is a cluster-wide ban of a peer ID.
 type ban struct {
@@ -136,7 +149,7 @@ func (s *State) Report(reporterID, about string, o Outcome, now time.Time) (bann
 	}
 	rp.avoid = append(slices.DeleteFunc(rp.avoid, func(a avoidance) bool { return a.id == about }),
 		avoidance{id: about, until: now.Add(s.cfg.BanDuration)})
-	return s.accuse(about, reporterID, now), nil
+	return s.accuse(about, r, now), nil
 }
 
 // reportShared is Report for an outcome that changes no holding and
@@ -224,13 +237,17 @@ func (rp *reporter) refill(now time.Time, cfg Config) {
 	}
 }
 
-// accuse records by's accusation of id and bans id once BanQuorum
-// distinct peers accused it within BanDuration.
-func (s *State) accuse(id, by string, now time.Time) bool {
+// accuse records r's accusation of id and bans id once accusers on
+// BanQuorum distinct machines (sources) accused it within BanDuration.
+// An accusation replaces any earlier one by the same peer or from the
+// same machine, so the list is one per machine and the quorum counts
+// machines, not peer IDs.
+func (s *State) accuse(id string, r *peer, now time.Time) bool {
+	src := sourceOf(r)
 	as := slices.DeleteFunc(s.accused[id], func(a accusation) bool {
-		return a.by == by || now.Sub(a.at) >= s.cfg.BanDuration
+		return a.by == r.id || a.source == src || now.Sub(a.at) >= s.cfg.BanDuration
 	})
-	as = append(as, accusation{by: by, at: now})
+	as = append(as, accusation{by: r.id, source: src, at: now})
 	if len(as) < s.cfg.BanQuorum {
 		s.accused[id] = as
 		return false

@@ -339,3 +339,70 @@ func TestReRegisterReleasesAssignments(t *testing.T) {
 		t.Fatalf("report on an old session's assignment: %v", err)
 	}
 }
+
+// TestBanQuorumCountsMachines: a ban quorum counts the machines
+// accusations come from (PeerInfo.Source, as the transport saw it), not
+// peer IDs, which cost nothing: many peer IDs on one machine accusing an
+// honest parent do not get it banned; accusers on enough machines do.
+func TestBanQuorumCountsMachines(t *testing.T) {
+	sybils := func(n int) []string {
+		var src []string
+		for range n {
+			src = append(src, "192.0.2.66")
+		}
+		return src
+	}
+	tests := []struct {
+		name    string
+		quorum  int
+		sources []string // one accuser each, in order; "" = no Source
+		wantBan bool
+	}{
+		{"sybil: 50 peer IDs on one machine", 2, sybils(50), false},
+		{"sybil plus one other machine, quorum 3", 3, append(sybils(50), "192.0.2.1"), false},
+		{"sybil plus two other machines, quorum 3", 3, append(sybils(50), "192.0.2.1", "2001:db8:1::"), true},
+		{"two machines, quorum 2", 2, []string{"192.0.2.1", "192.0.2.2"}, true},
+		{"no source counts as one machine", 2, []string{"", "", ""}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newState(t, func(c *Config) { c.BanQuorum = tt.quorum })
+			mustRegister(t, s, "honest", nil, t0)
+			mustAnnounce(t, s, "honest", digest("b"), seq(0, 100), t0)
+			var banned bool
+			for i, src := range tt.sources {
+				id := fmt.Sprintf("accuser%d", i)
+				if err := s.Register(id, PeerInfo{Source: src}, t0); err != nil {
+					t.Fatal(err)
+				}
+				c := uint32(i)
+				if a := mustParents(t, s, id, digest("b"), []uint32{c}, t0); !slices.Equal(parentIDs(a), []string{"honest"}) {
+					t.Fatalf("%s: parents %v, want [honest]", id, parentIDs(a))
+				}
+				b, err := s.Report(id, "honest", Outcome{Blob: digest("b"), BadBytes: true, BadChunk: c}, t0)
+				if err != nil {
+					t.Fatalf("%s: %v", id, err)
+				}
+				if b && i != len(tt.sources)-1 {
+					t.Fatalf("banned by accuser %d of %d", i+1, len(tt.sources))
+				}
+				banned = banned || b
+			}
+			if banned != tt.wantBan {
+				t.Fatalf("banned = %v, want %v", banned, tt.wantBan)
+			}
+			mustRegister(t, s, "bystander", nil, t0)
+			a := mustParents(t, s, "bystander", digest("b"), []uint32{99}, t0)
+			if offered := slices.Contains(parentIDs(a), "honest"); offered == tt.wantBan {
+				t.Fatalf("bystander offered the accused = %v with ban = %v", offered, tt.wantBan)
+			}
+			bans := s.Bans(t0)
+			if (len(bans) == 1) != tt.wantBan {
+				t.Fatalf("bans %+v", bans)
+			}
+			if tt.wantBan && len(bans[0].Accusers) != tt.quorum {
+				t.Errorf("ban names accusers %v, want one per machine (%d)", bans[0].Accusers, tt.quorum)
+			}
+		})
+	}
+}

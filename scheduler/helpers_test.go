@@ -47,9 +47,10 @@ func labels(zone, rack, host string) map[string]string {
 	return m
 }
 
+// mustRegister registers id on a machine of its own (Source).
 func mustRegister(t testing.TB, s *State, id string, l map[string]string, now time.Time) {
 	t.Helper()
-	if err := s.Register(id, PeerInfo{Addrs: []string{"/ip4/127.0.0.1/tcp/1/p2p/" + id}, Labels: l}, now); err != nil {
+	if err := s.Register(id, PeerInfo{Addrs: []string{"/ip4/127.0.0.1/tcp/1/p2p/" + id}, Labels: l, Source: "machine-" + id}, now); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -14,7 +14,8 @@ import (
 // the daemon can tell them to ask again now rather than at their retry
 // time. Banned peers get ErrBanned; ordinals at or above
 // Config.MaxChunksPerBlob, ErrInvalid; going over the peer's memory
-// budget, ErrLimit, with nothing recorded.
+// budget or that of all peers (Config.MaxHoldingBytesPerPeer,
+// Config.MaxHoldingBytes), ErrLimit, with nothing recorded.
 func (s *State) Announce(peerID string, blob rafs.Digest, chunks []uint32, now time.Time) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,7 +98,7 @@ func (s *State) AnnounceFull(peerID string, blob rafs.Digest, held Bitset, now t
 		return nil, fmt.Errorf("announce %s by %q: %w", blob, peerID, err)
 	}
 	if int(h.len) > len(held) { // shrink to the new extent
-		p.holdingBytes -= 8 * int64(int(h.len)-len(held))
+		s.charge(p, -8*int64(int(h.len)-len(held)))
 		b.resize(h, len(held))
 		b.maybeCompact()
 	}
@@ -150,14 +151,14 @@ func (s *State) holding(p *peer, b *blobState, n int) (*holder, error) {
 	i, ok := p.holdings[b]
 	if !ok {
 		cost := int64(holdingOverhead + 8*n)
-		if p.holdingBytes+cost > s.cfg.MaxHoldingBytesPerPeer {
+		if !s.affords(p, cost) {
 			return nil, ErrLimit
 		}
 		off, ok := b.slab.alloc(n)
 		if !ok {
 			return nil, ErrLimit
 		}
-		p.holdingBytes += cost
+		s.charge(p, cost)
 		p.holdings[b] = int32(len(b.holders))
 		b.holders = append(b.holders, holder{slot: p.slot, off: off, len: int32(n)})
 		return &b.holders[len(b.holders)-1], nil
@@ -165,13 +166,25 @@ func (s *State) holding(p *peer, b *blobState, n int) (*holder, error) {
 	h := &b.holders[i]
 	if n > int(h.len) {
 		cost := int64(8 * (n - int(h.len)))
-		if p.holdingBytes+cost > s.cfg.MaxHoldingBytesPerPeer || !b.resize(h, n) {
+		if !s.affords(p, cost) || !b.resize(h, n) {
 			return nil, ErrLimit
 		}
-		p.holdingBytes += cost
+		s.charge(p, cost)
 		b.maybeCompact()
 	}
 	return h, nil
+}
+
+// affords reports whether p's holdings may grow by cost bytes: within
+// its own budget and within the budget of all peers together.
+func (s *State) affords(p *peer, cost int64) bool {
+	return p.holdingBytes+cost <= s.cfg.MaxHoldingBytesPerPeer && s.holdingBytes+cost <= s.cfg.MaxHoldingBytes
+}
+
+// charge counts d more bytes (or fewer, if negative) of holdings to p.
+func (s *State) charge(p *peer, d int64) {
+	p.holdingBytes += d
+	s.holdingBytes += d
 }
 
 // notHeld returns the chunks p does not hold of b.
@@ -214,7 +227,7 @@ func (s *State) clearChunks(p *peer, b *blobState, chunks []uint32) {
 func (s *State) removeHolder(b *blobState, i int) {
 	h := &b.holders[i]
 	p := s.bySlot[h.slot]
-	p.holdingBytes -= int64(holdingOverhead + 8*int(h.len))
+	s.charge(p, -int64(holdingOverhead+8*int(h.len)))
 	delete(p.holdings, b)
 	b.free(h)
 	last := len(b.holders) - 1

@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"errors"
+	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 )
@@ -71,6 +73,7 @@ func TestHoldings(t *testing.T) {
 // recount.
 func checkBudget(t *testing.T, s *State) {
 	t.Helper()
+	var total int64
 	for _, p := range s.peers {
 		var n int64
 		for b, i := range p.holdings {
@@ -79,6 +82,10 @@ func checkBudget(t *testing.T, s *State) {
 		if n != p.holdingBytes {
 			t.Errorf("peer %s: holdingBytes %d, recount %d", p.id, p.holdingBytes, n)
 		}
+		total += p.holdingBytes
+	}
+	if total != s.holdingBytes {
+		t.Errorf("holdingBytes of all peers %d, recount %d", s.holdingBytes, total)
 	}
 }
 
@@ -114,6 +121,29 @@ func TestAnnounceLimits(t *testing.T) {
 			}
 			return nil
 		}, ErrLimit},
+		{"all peers over their budget together", func(c *Config) {
+			c.MaxHoldingBytes = 10 * (holdingOverhead + 8)
+			c.MaxHoldingBytesPerPeer = c.MaxHoldingBytes
+		}, func(s *State) error {
+			// Three peers, each within its own budget, announce four
+			// blobs each: the eleventh holding is one too many.
+			for _, id := range []string{"b", "c"} {
+				if err := s.Register(id, PeerInfo{}, t0); err != nil {
+					return err
+				}
+			}
+			for i := range 4 {
+				for j, id := range []string{"a", "b", "c"} {
+					if _, err := s.Announce(id, digest(fmt.Sprint(i, j)), []uint32{0}, t0); err != nil {
+						if n := 3*i + j; n != 10 {
+							return fmt.Errorf("holding %d refused, want the eleventh: %w", n+1, err)
+						}
+						return err
+					}
+				}
+			}
+			return nil
+		}, ErrLimit},
 		{"unknown peer", nil, func(s *State) error {
 			_, err := s.Announce("nobody", blob, []uint32{1}, t0)
 			return err
@@ -135,4 +165,36 @@ func TestAnnounceLimits(t *testing.T) {
 			checkBudget(t, s)
 		})
 	}
+}
+
+// TestHoldingsBoundMemory: a peer announcing one chunk of each of many
+// made-up blobs makes the scheduler keep a blob state per digest. What
+// its budget lets it make the scheduler keep must stay near the budget:
+// each holding is counted at what such a blob really costs. Not
+// parallel: it measures the heap.
+func TestHoldingsBoundMemory(t *testing.T) {
+	const budget = 4 << 20
+	s := newState(t, func(c *Config) { c.MaxHoldingBytesPerPeer = budget })
+	mustRegister(t, s, "a", nil, t0)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	n := 0
+	for ; n < budget/8; n++ {
+		if _, err := s.Announce("a", digest(fmt.Sprint(n)), []uint32{0}, t0); err != nil {
+			if !errors.Is(err, ErrLimit) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	runtime.KeepAlive(s)
+	t.Logf("%d blobs accepted, heap grew %d bytes for a budget of %d", n, grew, budget)
+	if limit := int64(budget) * 5 / 4; grew > limit {
+		t.Errorf("%d one-chunk blobs took %d bytes of heap, want at most %d (the budget is %d)", n, grew, limit, budget)
+	}
+	checkBudget(t, s)
 }

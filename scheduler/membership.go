@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 )
@@ -23,11 +24,20 @@ const (
 	MaxStringLen = 256 // of a peer ID, an address, a label key or value
 )
 
-// PeerInfo is what a peer says about itself when it registers.
+// PeerInfo is what a peer says about itself when it registers, and
+// (Source) where the transport saw it register from.
 type PeerInfo struct {
 	Addrs          []string          // multiaddrs other peers dial it on
 	Labels         map[string]string // LabelHost, LabelRack, LabelZone, others
 	UploadCapacity int64             // bytes/s it may upload; 0 = unknown
+	// Source names the machine the registration came from as the
+	// transport verified it, never as the peer claims: the daemon sets
+	// it from the connection's remote IP address (an IPv6 address cut
+	// to its /64, which one machine may own whole). Peer IDs cost
+	// nothing and labels are the peer's own word, so a ban quorum
+	// counts distinct Sources (feedback.go). Peers registered without
+	// a Source all count as one machine.
+	Source string
 }
 
 // Load is what a peer reports about itself in each heartbeat.
@@ -53,6 +63,9 @@ func (info PeerInfo) validate() error {
 			return fmt.Errorf("label %.32q longer than %d bytes", k, MaxStringLen)
 		}
 	}
+	if len(info.Source) > MaxStringLen {
+		return fmt.Errorf("source of %d bytes, more than %d", len(info.Source), MaxStringLen)
+	}
 	if info.UploadCapacity < 0 {
 		return fmt.Errorf("negative upload capacity %d", info.UploadCapacity)
 	}
@@ -63,8 +76,13 @@ func (info PeerInfo) validate() error {
 // starts a new one: its holdings, origin fetch turns and outstanding
 // assignments from the old session are dropped (it announces its holdings
 // in full after registering), while its feedback record, a ban, and
-// accusations it made or received are kept. The State keeps copies of
-// info's slices and map.
+// accusations it made or received are kept. A peer that is not a member
+// is refused with ErrTooManyPeers when Config.MaxPeers are, or when
+// Config.MaxPeersPerSource are from its machine (info.Source); a member
+// registering again is refused only for moving to a machine that has its
+// bound, and then keeps its session. Members whose TTL ran out are
+// dropped first to make room. The State keeps copies of info's slices
+// and map.
 func (s *State) Register(peerID string, info PeerInfo, now time.Time) error {
 	if peerID == "" || len(peerID) > MaxStringLen {
 		return fmt.Errorf("register: peer ID of %d bytes: %w", len(peerID), ErrInvalid)
@@ -78,13 +96,19 @@ func (s *State) Register(peerID string, info PeerInfo, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.peers[peerID]
-	if p != nil && s.alive(p, now) {
+	member := p != nil && s.alive(p, now)
+	if p != nil && !member {
+		s.removePeer(p)
+	}
+	src := info.source()
+	if err := s.room(src, !member, !member || p.info.source() != src, now); err != nil {
+		return fmt.Errorf("register %q: %w", peerID, err)
+	}
+	if member {
 		s.dropSession(p)
 		s.releaseLabels(p)
+		s.releaseSource(p)
 	} else {
-		if p != nil {
-			s.removePeer(p)
-		}
 		p = &peer{id: peerID, success: 1, holdings: map[*blobState]int32{}}
 		s.peers[peerID] = p
 		s.addSlot(p)
@@ -94,6 +118,7 @@ func (s *State) Register(peerID string, info PeerInfo, now time.Time) error {
 		p.rep = s.reporters[peerID]
 	}
 	p.info = info
+	s.sources[src]++
 	hot := s.hotOf(p)
 	hot.zone = s.intern(info.Labels[LabelZone])
 	hot.rack = s.intern(info.Labels[LabelRack])
@@ -163,6 +188,73 @@ func (s *State) Expire(now time.Time) []string {
 	return gone
 }
 
+// room returns ErrTooManyPeers, wrapped, if a peer registering from
+// machine src may not: when it joins (is not a member) and Config.MaxPeers
+// are members, or when it comes to src (joins, or moves from another
+// machine) and Config.MaxPeersPerSource members are from src. At a bound
+// it first drops the members whose TTL ran out, as Expire would;
+// finding none, it notes when the first of them could run out, and until
+// then answers at once, so that refusals at a bound cost no scan of the
+// members each.
+func (s *State) room(src string, joins, comes bool, now time.Time) error {
+	full := func() error {
+		if joins && len(s.peers) >= s.cfg.MaxPeers {
+			return fmt.Errorf("%d members already: %w", len(s.peers), ErrTooManyPeers)
+		}
+		if comes && s.sources[src] >= s.cfg.MaxPeersPerSource {
+			return fmt.Errorf("%d members already from %s: %w", s.sources[src], describeSource(src), ErrTooManyPeers)
+		}
+		return nil
+	}
+	err := full()
+	if err == nil || now.UnixNano() < s.fullUntil {
+		return err
+	}
+	var gone []*peer
+	next := int64(math.MaxInt64)
+	for _, p := range s.peers {
+		if !s.alive(p, now) {
+			gone = append(gone, p)
+		} else {
+			next = min(next, s.hotOf(p).seen+s.cfg.PeerTTL.Nanoseconds()+1)
+		}
+	}
+	for _, p := range gone {
+		s.removePeer(p)
+	}
+	s.fullUntil = next
+	return full()
+}
+
+// source returns the machine info.Source names, or unknownSource.
+func (info PeerInfo) source() string {
+	if info.Source == "" {
+		return unknownSource
+	}
+	return info.Source
+}
+
+// unknownSource stands for the machine of every peer registered without
+// a PeerInfo.Source: they all count as one (for ban quorums and
+// Config.MaxPeersPerSource), so a caller that cannot say where peers are
+// does not let one of them ban alone, or take every place.
+const unknownSource = "\x00unknown"
+
+func describeSource(src string) string {
+	if src == unknownSource {
+		return "no known address"
+	}
+	return src
+}
+
+// releaseSource uncounts p from the members of its machine.
+func (s *State) releaseSource(p *peer) {
+	src := p.info.source()
+	if s.sources[src]--; s.sources[src] <= 0 {
+		delete(s.sources, src)
+	}
+}
+
 // dropSession forgets what p said in its current session: holdings,
 // origin fetch turns and its outstanding assignments as requester.
 func (s *State) dropSession(p *peer) {
@@ -177,6 +269,7 @@ func (s *State) dropSession(p *peer) {
 func (s *State) removePeer(p *peer) {
 	s.dropSession(p)
 	s.releaseLabels(p)
+	s.releaseSource(p)
 	s.freeSlot(p)
 	p.gone = true
 	delete(s.peers, p.id)

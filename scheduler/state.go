@@ -57,7 +57,16 @@ type State struct {
 	reporters map[string]*reporter
 	labels    map[string]*label
 	nextLabel int32
-	nextLease uint64 // numbers leases; see blobState.leased
+	sources   map[string]int // members by PeerInfo.source()
+	nextLease uint64         // numbers leases; see blobState.leased
+
+	// holdingBytes is the sum of the members' peer.holdingBytes, bounded
+	// by Config.MaxHoldingBytes.
+	holdingBytes int64
+	// fullUntil: the last time Register found Config.MaxPeers members
+	// and none expired, none could expire before this (Unix ns), so
+	// Register does not look through them again until then.
+	fullUntil int64
 
 	// turnsRanOut counts origin turns that reached their deadline with
 	// their peer still a member: each held the chunk's waiters up for
@@ -205,9 +214,13 @@ type holder struct {
 }
 
 // holdingOverhead approximates the bytes a holding costs beyond its
-// bitset words (holder entry, map entry); it counts against
-// Config.MaxHoldingBytesPerPeer so that many tiny holdings are bounded too.
-const holdingOverhead = 64
+// bitset words; it counts against Config.MaxHoldingBytesPerPeer and
+// Config.MaxHoldingBytes so that many tiny holdings are bounded too. It
+// is what a holding of a blob nobody else holds costs, the blob's state
+// included (measured: 424 bytes of heap per one-chunk blob announced by
+// one peer), since that is what a peer announcing made-up digests makes
+// the scheduler keep; holdings of shared blobs cost less.
+const holdingOverhead = 512
 
 // New returns an empty State. src seeds the tie-breaking jitter; nil
 // means a fixed seed, which suits tests. The daemon passes a seeded
@@ -228,6 +241,7 @@ func New(cfg Config, src rand.Source) (*State, error) {
 		accused:   map[string][]accusation{},
 		reporters: map[string]*reporter{},
 		labels:    map[string]*label{},
+		sources:   map[string]int{},
 		scratch:   sync.Pool{New: newScratch},
 	}, nil
 }

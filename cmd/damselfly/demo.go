@@ -468,6 +468,12 @@ func (n *demoNode) library(ctx context.Context, ref string) (*demoView, error) {
 		img.Close()
 		return nil, err
 	}
+	// As a mount does: grants for every blob while the registry is up,
+	// so reads go on through an outage.
+	if err := src.authorize(ctx); err != nil {
+		img.Close()
+		return nil, err
+	}
 	fsys := rafs.NewFS(ctx, img.Bootstrap(), src)
 	v := &demoView{ready: time.Since(t)}
 	v.read = func(ctx context.Context, files []string) (int64, error) {

@@ -42,3 +42,16 @@ func (s *proxyChunkSource) ReadChunk(ctx context.Context, c rafs.Chunk, dst []by
 		return rafs.DecodeChunk(got, stored, dst)
 	})
 }
+
+// authorize asks the proxy for grants for every blob of the image.
+func (s *proxyChunkSource) authorize(ctx context.Context) error {
+	blobs, err := s.boot.Blobs()
+	if err != nil {
+		return err
+	}
+	ds := make([]rafs.Digest, len(blobs))
+	for i, b := range blobs {
+		ds[i] = b.Digest
+	}
+	return s.cc.Authorize(ctx, s.up, ds)
+}

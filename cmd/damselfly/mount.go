@@ -42,7 +42,7 @@ Configuration (--config, nydusd-shaped) is documented in configs/mount.yaml.`,
 			return err
 		}
 		if printConfig {
-			return yaml.NewEncoder(os.Stdout).Encode(cfg)
+			return yaml.NewEncoder(cmd.OutOrStdout()).Encode(cfg.Redacted())
 		}
 		log, err := g.logger()
 		if err != nil {

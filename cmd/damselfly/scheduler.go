@@ -48,7 +48,7 @@ cluster key at the default path is created; copy it to every peer.`,
 			return err
 		}
 		if printConfig {
-			return yaml.NewEncoder(os.Stdout).Encode(cfg)
+			return yaml.NewEncoder(cmd.OutOrStdout()).Encode(cfg)
 		}
 		log, err := g.logger()
 		if err != nil {
@@ -72,12 +72,23 @@ cluster key at the default path is created; copy it to every peer.`,
 }
 
 // prepareSchedulerDir creates the state directory (0700) when a key file
-// lives in it, and a new cluster key at the default path if there is none.
+// lives in it, or makes an existing one 0700 if others may read it,
+// saying so; and a new cluster key at the default path if there is none.
 func prepareSchedulerDir(dir string, cfg server.Config, log *slog.Logger) error {
 	inDir := func(p string) bool { return p != "" && filepath.Dir(p) == filepath.Clean(dir) }
 	if inDir(cfg.Host.IdentityFile) || inDir(cfg.Host.ClusterKeyFile) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("state directory: %w", err)
+		}
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
+		if fi.Mode().Perm() != 0o700 {
+			if err := os.Chmod(dir, 0o700); err != nil {
+				return fmt.Errorf("state directory: %w", err)
+			}
+			log.Warn("state directory was mode "+fi.Mode().Perm().String()+"; made it 0700", "dir", dir)
 		}
 	}
 	key := cfg.Host.ClusterKeyFile

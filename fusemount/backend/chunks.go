@@ -275,7 +275,7 @@ func (p *proxy) readDecodedChunks(ctx context.Context, reg *registry, blob rafs.
 			return chunkErr(err)
 		}
 		if p.noBatch.CompareAndSwap(false, true) {
-			p.log.Info("backend proxy has no batch chunk endpoint; reading byte ranges through it", "proxy", p.url, "err", err)
+			p.log.Info("backend proxy has no batch chunk endpoint; reading byte ranges through it", "proxy", p.shown, "err", err)
 		}
 	}
 	read := func(ctx context.Context, off int64, buf []byte) error { return p.read(ctx, reg, blob.Digest, off, buf) }

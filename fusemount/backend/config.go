@@ -46,8 +46,9 @@ type Config struct {
 	Repo string `mapstructure:"repo"`
 	// Auth is base64("user:password"), as in nydusd. Empty means the
 	// credentials of the docker config file (go-containerregistry's
-	// authn.DefaultKeychain, or WithKeychain), else anonymous.
-	Auth string `mapstructure:"auth"`
+	// authn.DefaultKeychain, or WithKeychain), else anonymous. It prints
+	// and marshals as REDACTED (Secret).
+	Auth Secret `mapstructure:"auth"`
 	// Timeout bounds one request, including its whole body.
 	Timeout time.Duration `mapstructure:"timeout"`
 	// ConnectTimeout bounds one TCP connect.
@@ -191,7 +192,7 @@ func (c Config) validateRegistry(add func(field, format string, a ...any)) {
 		add("repo", "%q is not a repository name: %v", c.Repo, err)
 	}
 	if c.Auth != "" {
-		if _, _, err := decodeAuth(c.Auth); err != nil {
+		if _, _, err := decodeAuth(c.Auth.Reveal()); err != nil {
 			add("auth", "%v", err)
 		}
 	}
@@ -232,16 +233,18 @@ func decodeAuth(s string) (user, password string, err error) {
 	return user, password, nil
 }
 
+// checkHTTPURL checks a proxy URL. Its messages show the URL without its
+// password: the error ends up on a terminal or in a log.
 func checkHTTPURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a URL", s)
+		return errors.New("not a URL")
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q: want http:// or https:// and a host", s)
+		return fmt.Errorf("%q: want http:// or https:// and a host", u.Redacted())
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("%q: must not have a query or fragment", s)
+		return fmt.Errorf("%q: must not have a query or fragment", u.Redacted())
 	}
 	return nil
 }

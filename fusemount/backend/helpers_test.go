@@ -320,4 +320,4 @@ func basicAuth(user, pass string) func(http.Handler) http.Handler {
 	}
 }
 
-func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+func b64(s string) Secret { return Secret(base64.StdEncoding.EncodeToString([]byte(s))) }

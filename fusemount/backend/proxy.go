@@ -26,6 +26,7 @@ const HeaderRegistry = "X-Damselfly-Registry"
 // change is logged once.
 type proxy struct {
 	url     string // base URL without a trailing slash
+	shown   string // url without its password, for logs
 	pingURL string
 	client  *http.Client
 	log     *slog.Logger
@@ -54,6 +55,7 @@ func newProxy(cfg ProxyConfig, base http.RoundTripper, log *slog.Logger) *proxy 
 		p.client = &http.Client{Transport: t}
 		p.closeIdle = t.CloseIdleConnections
 	}
+	p.shown = RedactURL(p.url)
 	p.chunks = peerproxy.NewChunkClient(p.url, p.client)
 	// Optimistic until told otherwise: the first read tries the proxy, and
 	// a proxy that is down costs it one refused connection.
@@ -85,9 +87,9 @@ func (p *proxy) setHealthy(ok bool, why error) {
 	if ok {
 		// It may have restarted as a peer that speaks the batch protocol.
 		p.noBatch.Store(false)
-		p.log.Info("backend proxy healthy: requests go to the proxy", "proxy", p.url)
+		p.log.Info("backend proxy healthy: requests go to the proxy", "proxy", p.shown)
 	} else {
-		p.log.Warn("backend proxy unhealthy", "proxy", p.url, "err", why)
+		p.log.Warn("backend proxy unhealthy", "proxy", p.shown, "err", why)
 	}
 }
 

@@ -36,7 +36,7 @@ func TestProxyHealthyServesEverything(t *testing.T) {
 	if n := m.badHdr.Load(); n != 0 {
 		t.Errorf("%d proxy requests without the right %s", n, HeaderRegistry)
 	}
-	if got, want := *m.lastAuth.Load(), "Basic "+cfg.Auth; got != want {
+	if got, want := *m.lastAuth.Load(), "Basic "+cfg.Auth.Reveal(); got != want {
 		t.Errorf("Authorization forwarded to the proxy: got %q, want %q", got, want)
 	}
 	st := b.Stats()

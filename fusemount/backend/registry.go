@@ -53,11 +53,11 @@ func newRegistry(cfg Config, base http.RoundTripper, kc authn.Keychain) (*regist
 	r := &registry{scheme: cfg.Scheme, repo: repo, sem: make(chan struct{}, 1)}
 	r.base = &recordAuth{inner: base, host: repo.RegistryStr(), last: &r.lastAuth}
 	if cfg.Auth != "" {
-		user, pass, err := decodeAuth(cfg.Auth)
+		user, pass, err := decodeAuth(cfg.Auth.Reveal())
 		if err != nil {
 			return nil, fmt.Errorf("auth: %w", err)
 		}
-		r.staticAuth = "Basic " + cfg.Auth
+		r.staticAuth = "Basic " + cfg.Auth.Reveal()
 		a := authn.FromConfig(authn.AuthConfig{Username: user, Password: pass})
 		r.auth = func(context.Context) (authn.Authenticator, error) { return a, nil }
 	} else {

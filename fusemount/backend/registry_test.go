@@ -100,7 +100,7 @@ func TestBasicAuth(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		auth    string
+		auth    Secret
 		kc      authn.Keychain
 		wantErr error
 	}{

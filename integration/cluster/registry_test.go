@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"damselfly/rafs/rafstest"
 )
 
@@ -70,7 +72,8 @@ func (r *registry) startOnce() error {
 		resp, err := http.Get("http://" + r.host + "/v2/")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			// 401: it answers, and wants credentials (requireAuth).
+			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
 				return nil
 			}
 		}
@@ -92,4 +95,28 @@ func (r *registry) up() {
 	if err := r.startOnce(); err != nil {
 		r.t.Fatal(err)
 	}
+}
+
+// requireAuth restarts the registry with htpasswd authentication: from
+// then on only user with pass may pull (or push) anything.
+func (r *registry) requireAuth(user, pass string) {
+	r.t.Helper()
+	hash, err := bcrypt.GenerateFromPassword([]byte(pass), bcrypt.MinCost)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	htpasswd := filepath.Join(filepath.Dir(r.config), "htpasswd")
+	if err := os.WriteFile(htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+	yml, err := os.ReadFile(r.config)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	yml = append(yml, fmt.Sprintf("auth:\n  htpasswd:\n    realm: damselfly-test\n    path: %q\n", htpasswd)...)
+	if err := os.WriteFile(r.config, yml, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	r.down()
+	r.up()
 }

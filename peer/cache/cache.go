@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
+
+	"damselfly/rafs"
 )
 
 // Errors callers branch on.
@@ -22,6 +23,9 @@ var (
 	ErrNoSpace = errors.New("cache: no space left")
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("cache: closed")
+	// ErrReadOnly is wrapped by Put's error in a cache this process may
+	// read but not write (Config.Group): another process stores chunks.
+	ErrReadOnly = errors.New("cache: read-only for this process")
 )
 
 // Meta describes an entry's stored bytes.
@@ -42,9 +46,13 @@ type Meta struct {
 type Cache struct {
 	cfg   Config
 	paths paths
-	log   *slog.Logger
-	high  int64 // watermarks in bytes; 0 when unlimited
-	low   int64
+	perm  perm // modes and group of what it creates
+	// readOnly is set when this process may not create files in the
+	// cache (Config.Group): Put refuses and rescans do not evict.
+	readOnly bool
+	log      *slog.Logger
+	high     int64 // watermarks in bytes; 0 when unlimited
+	low      int64
 	// rescanEvery is how many bytes this process writes between rescans
 	// even while its own count stays below high, so that it notices what
 	// other processes wrote (see CACHE.md); 0 when unlimited.
@@ -101,13 +109,25 @@ func Open(cfg Config) (*Cache, error) {
 	if c.high > 0 {
 		c.rescanEvery = max((c.high-c.low)/2, 1)
 	}
-	if err := os.MkdirAll(c.paths.chunks, 0o755); err != nil {
+	gid, err := resolveGroup(cfg.Group)
+	if err != nil {
+		return nil, fmt.Errorf("open cache: group: %w", err)
+	}
+	c.perm = newPerm(gid)
+	if err := c.perm.mkdirs(c.paths.root, c.paths.chunks); err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)
 	}
-	if err := c.paths.makeShards(); err != nil {
-		return nil, fmt.Errorf("open cache: %w", err)
+	if c.readOnly = !writable(c.paths.chunks); c.readOnly {
+		c.log.Info("cache: this process may not write the cache; reading only", "dir", cfg.Dir)
+	} else {
+		if err := c.paths.makeShards(c.perm); err != nil {
+			return nil, fmt.Errorf("open cache: %w", err)
+		}
+		if err := c.fixDirs(); err != nil {
+			return nil, fmt.Errorf("open cache: %w", err)
+		}
 	}
-	if cfg.DirectIO {
+	if cfg.DirectIO && !c.readOnly {
 		probe := probeDirect
 		if cfg.probeDirect != nil {
 			probe = cfg.probeDirect
@@ -127,6 +147,23 @@ func Open(cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("open cache: %w", err)
 	}
 	return c, nil
+}
+
+// fixDirs gives the cache's directories the mode and group c.perm says,
+// saying so when any had others: a cache made by an older version (0755)
+// or opened before with another Config.Group.
+func (c *Cache) fixDirs() error {
+	dirs := make([]string, 0, 2+256)
+	dirs = append(dirs, c.paths.root, c.paths.chunks)
+	for i := range 256 {
+		dirs = append(dirs, c.paths.shard(SHA256(rafs.Digest{byte(i)})))
+	}
+	n, err := c.perm.fixDirs(dirs)
+	if n > 0 {
+		c.log.Warn("cache: set directory permissions; files follow at the scan", "dir", c.cfg.Dir,
+			"directories", n, "mode", c.perm.dir.String(), "gid", c.perm.gid)
+	}
+	return err
 }
 
 // SetEvictHook has f told, after each eviction by this Cache, the

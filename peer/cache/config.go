@@ -48,6 +48,16 @@ type Config struct {
 	// small cache does not get a large memory beside it. No chunk larger
 	// than a quarter of the budget is kept.
 	HotBytes int64
+	// Group, a group name or numeric gid, lets that group read the cache:
+	// directories are then 0750 and files 0640, owned by the group. Empty
+	// (the default) keeps them 0700 and 0600, for the owner only. Give
+	// it when mount daemons run as another user than the peer daemon
+	// and are in this group; every process sharing Dir should give the
+	// same, since each sets the modes of what it finds at a scan to its
+	// own. A process that may read Dir but not write it (such a mount
+	// daemon) opens the cache read-only: Put returns ErrReadOnly and it
+	// never evicts.
+	Group string
 	// probeDirect replaces the check Open makes of direct I/O, in tests
 	// acting out a file system without it.
 	probeDirect func(dir string) bool
@@ -89,6 +99,9 @@ func (c Config) Validate() error {
 	}
 	if c.HotBytes < 0 {
 		errs = append(errs, fmt.Errorf("HotBytes: %d is negative (0 keeps none)", c.HotBytes))
+	}
+	if _, err := resolveGroup(c.Group); err != nil {
+		errs = append(errs, fmt.Errorf("Group: %q: %w", c.Group, err))
 	}
 	high, low := d.HighWatermark, d.LowWatermark
 	if math.IsNaN(high) || high <= 0 || high > 1 {

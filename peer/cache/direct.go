@@ -58,7 +58,7 @@ func isDirectRefused(err error) bool { return errors.Is(err, syscall.EINVAL) }
 // there (named as the all-zero digest's) and deleting it. Only a refusal (EINVAL) counts as no: any other
 // error (no space, no permission) is for the real writes to report.
 func probeDirect(dir string) bool {
-	f, name, err := createTemp(dir, SHA256(rafs.Digest{}), syscall.O_DIRECT)
+	f, name, err := createTemp(dir, SHA256(rafs.Digest{}), syscall.O_DIRECT, newPerm(-1))
 	if err != nil {
 		return !isDirectRefused(err)
 	}

@@ -10,7 +10,8 @@
 //
 //   - key.go is Key, an entry's identity; legacy.go finds the BLAKE3
 //     entries of the release before, which had no algorithm in the key.
-//   - format.go encodes and checks the entry header; paths.go names files.
+//   - format.go encodes and checks the entry header; paths.go names files;
+//     perm.go gives what the cache creates its modes and group.
 //   - entry.go reads and writes one entry file: temp file and rename to
 //     write, header, size and CRC checks to read.
 //   - index.go is this process's LRU view of the directory, with byte

@@ -167,17 +167,22 @@ func shortRead(err error) error {
 // truncated to the entry's length, so that the entry never passes through
 // the page cache. An error for which isDirectRefused holds means the
 // kernel refused that; the caller writes again buffered.
-func writeEntry(shard, final string, h header, stored []byte, direct bool) error {
+//
+// The entry gets pm's file mode and group, and any directory it creates
+// pm's directory mode and group, before the rename: no other process
+// ever sees the entry with others.
+func writeEntry(p paths, pm perm, final string, h header, stored []byte, direct bool) error {
 	flags := 0
 	if direct {
 		flags = syscall.O_DIRECT
 	}
-	f, tmp, err := createTemp(shard, h.key, flags)
+	shard := p.shard(h.key)
+	f, tmp, err := createTemp(shard, h.key, flags, pm)
 	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(shard, 0o755); err != nil {
+		if err := pm.mkdirs(p.root, p.chunks, shard); err != nil {
 			return err
 		}
-		f, tmp, err = createTemp(shard, h.key, flags)
+		f, tmp, err = createTemp(shard, h.key, flags, pm)
 	}
 	if err != nil {
 		return err
@@ -224,14 +229,22 @@ func writeDirect(f *os.File, h header, stored []byte) error {
 	return f.Truncate(int64(size))
 }
 
-// createTemp creates a new temp file for k's entry in dir, readable by the
-// other processes that share the cache, with the extra open flags given.
-func createTemp(dir string, k Key, flags int) (*os.File, string, error) {
+// createTemp creates a new temp file for k's entry in dir, with the extra
+// open flags given, and gives it pm's mode and group (whatever the umask):
+// readable by the owner, and by pm's group if it has one.
+func createTemp(dir string, k Key, flags int, pm perm) (*os.File, string, error) {
 	for range 10 {
 		name := dir + "/" + tempPrefix + entryName(k) + "-" + strconv.FormatUint(rand.Uint64(), 36)
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|flags, 0o644)
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|flags, pm.file)
 		if errors.Is(err, fs.ErrExist) {
 			continue
+		}
+		if err == nil {
+			if err = pm.setFile(f); err != nil {
+				f.Close()
+				os.Remove(name)
+				return nil, "", err
+			}
 		}
 		return f, name, err
 	}

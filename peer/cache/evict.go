@@ -56,7 +56,7 @@ type victim struct {
 
 // rescanLocked is Rescan; the caller holds evictMu.
 func (c *Cache) rescanLocked() error {
-	unlock, err := lockDir(c.paths)
+	unlock, err := lockDir(c.paths, c.perm)
 	if err != nil {
 		c.n.errors.Add(1)
 		return err
@@ -68,7 +68,7 @@ func (c *Cache) rescanLocked() error {
 	since := c.idx.seq
 	writtenBefore := c.written
 	c.mu.Unlock()
-	res, err := scanDir(c.paths, start)
+	res, err := scanDir(c.paths, c.perm, start)
 	if err != nil {
 		c.n.errors.Add(1)
 		return err
@@ -86,7 +86,9 @@ func (c *Cache) rescanLocked() error {
 	c.written -= writtenBefore
 	scannedBytes := c.idx.bytes
 	var victims []victim
-	if c.high > 0 && c.idx.bytes > c.high {
+	// A process that may not write the directory cannot evict: the
+	// one that owns it does.
+	if c.high > 0 && c.idx.bytes > c.high && !c.readOnly {
 		for c.idx.bytes > c.low {
 			d, size, ok := c.idx.popOldest()
 			if !ok {
@@ -101,6 +103,10 @@ func (c *Cache) rescanLocked() error {
 	level := c.log.Debug
 	if n > 0 || res.corrupt > 0 || res.temps > 0 {
 		level = c.log.Info
+	}
+	if res.fixed > 0 {
+		c.log.Warn("cache: set file permissions", "dir", c.cfg.Dir, "files", res.fixed,
+			"mode", c.perm.file.String(), "gid", c.perm.gid)
 	}
 	level("cache: rescanned", "dir", c.cfg.Dir, "entries", len(res.entries), "bytes", scannedBytes,
 		"evicted", n, "evicted_bytes", bytes, "bad_size_deleted", res.corrupt,

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"errors"
 	"os"
 
 	"damselfly/rafs"
@@ -46,7 +47,11 @@ func (c *Cache) adoptLegacy(k Key, dst []byte) (Meta, []byte, bool) {
 		return Meta{}, nil, false
 	}
 	if err := c.Put(k, m, stored); err != nil {
-		c.log.Warn("cache: keeping a BLAKE3 entry of the release before", "key", k, "err", err)
+		// Served all the same; a process that may only read leaves
+		// the move to one that may write.
+		if !errors.Is(err, ErrReadOnly) {
+			c.log.Warn("cache: keeping a BLAKE3 entry of the release before", "key", k, "err", err)
+		}
 		return m, stored, true
 	}
 	if now, err := os.Lstat(path); err == nil && os.SameFile(now, e.fi) {

@@ -2,7 +2,6 @@ package cache
 
 import (
 	"fmt"
-	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,12 +16,19 @@ import (
 // If the directory was deleted and recreated between the open and the
 // lock, the locked file is no longer the one at p.lock, and a later locker
 // would get a different file; lockDir checks for that and starts over.
-func lockDir(p paths) (unlock func(), err error) {
+//
+// The directory and the file get pm's modes and group; a lock file with
+// others is given them. A process that may only read the file (a reader
+// in Config.Group) locks it opened read-only: flock does not care.
+func lockDir(p paths, pm perm) (unlock func(), err error) {
 	for {
-		if err := os.MkdirAll(p.root, 0o755); err != nil {
+		if err := pm.mkdirs(p.root); err != nil {
 			return nil, fmt.Errorf("lock %s: %w", p.lock, err)
 		}
-		fd, err := unix.Open(p.lock, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
+		fd, err := unix.Open(p.lock, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, uint32(pm.file))
+		if err == unix.EACCES {
+			fd, err = unix.Open(p.lock, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("lock %s: %w", p.lock, err)
 		}
@@ -36,6 +42,13 @@ func lockDir(p paths) (unlock func(), err error) {
 			err = unix.Stat(p.lock, &named)
 		}
 		if err == nil && held.Dev == named.Dev && held.Ino == named.Ino {
+			if pm.wrong(&held, pm.file) {
+				// Best effort: the lock works whatever its mode.
+				if pm.gid >= 0 {
+					_ = unix.Fchown(fd, -1, pm.gid)
+				}
+				_ = unix.Fchmod(fd, uint32(pm.file))
+			}
 			return func() { unix.Close(fd) }, nil // closing drops the lock
 		}
 		unix.Close(fd)

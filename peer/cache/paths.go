@@ -98,9 +98,14 @@ func isLowerHex(s string) bool {
 // concurrent writers, on a node's first pull: 2.1 CPU-seconds of about
 // 38 when 16 fresh nodes on one machine pulled 256 MiB. A shard deleted
 // later is still created again by the write that needs it.
-func (p paths) makeShards() error {
+// They get pm's mode and group.
+func (p paths) makeShards(pm perm) error {
 	for i := range 256 {
-		err := os.Mkdir(p.chunks+"/"+hex.EncodeToString([]byte{byte(i)}), 0o755)
+		dir := p.chunks + "/" + hex.EncodeToString([]byte{byte(i)})
+		err := os.Mkdir(dir, pm.dir)
+		if err == nil {
+			err = pm.setDir(dir)
+		}
 		if err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}

@@ -32,11 +32,15 @@ import (
 // for a rescan first: that is what holds the processes sharing the
 // directory to the bound CACHE.md gives, however many goroutines write.
 //
-// On ENOSPC or EDQUOT the error wraps ErrNoSpace; on any error no file of
+// In a cache this process may only read, Put stores nothing and its
+// error wraps ErrReadOnly. On ENOSPC or EDQUOT the error wraps ErrNoSpace; on any error no file of
 // the entry is left behind. Put is safe for concurrent use.
 func (c *Cache) Put(k Key, m Meta, stored []byte) error {
 	if c.closed.Load() {
 		return ErrClosed
+	}
+	if c.readOnly {
+		return fmt.Errorf("cache: put %s: %w", k, ErrReadOnly)
 	}
 	if !k.valid() {
 		return fmt.Errorf("cache: put %s: unknown digest algorithm", k)
@@ -152,17 +156,16 @@ func (c *Cache) rescanForWrite(size int64) {
 // found vanished before it could check it.
 func (c *Cache) write(k Key, m Meta, path string, stored []byte) error {
 	h := header{key: k, meta: m, payloadCRC: crc32.Checksum(stored, castagnoli)}
-	shard := c.paths.shard(k)
 	direct := c.direct.Load()
-	err := writeEntry(shard, path, h, stored, direct)
+	err := writeEntry(c.paths, c.perm, path, h, stored, direct)
 	for attempt := 0; attempt < 4 && (isNotExist(err) || errors.Is(err, fs.ErrExist)); attempt++ {
-		err = writeEntry(shard, path, h, stored, direct)
+		err = writeEntry(c.paths, c.perm, path, h, stored, direct)
 	}
 	if direct && err != nil && isDirectRefused(err) {
 		// The probe at Open passed, so this is one the device would not
 		// take (a file system mounted over the directory since, say).
 		c.n.directRefused.Add(1)
-		err = writeEntry(shard, path, h, stored, false)
+		err = writeEntry(c.paths, c.perm, path, h, stored, false)
 	}
 	if err == nil {
 		return nil

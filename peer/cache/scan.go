@@ -25,6 +25,7 @@ type scanResult struct {
 	entries []scanned
 	corrupt int // entry files deleted because no entry can have their size
 	temps   int // stale temp files deleted
+	fixed   int // entry files given the cache's mode and group
 }
 
 // scanDir lists every entry file under p.chunks with its size and mtime,
@@ -35,10 +36,13 @@ type scanResult struct {
 // fstatat per file.
 // Shards are scanned in parallel, a few at a time: the cost is system
 // calls, which run on every core.
-func scanDir(p paths, now time.Time) (scanResult, error) {
+//
+// Entry files with other modes or group than pm gives get pm's (what an
+// older version made 0644, say), where this process may change them.
+func scanDir(p paths, pm perm, now time.Time) (scanResult, error) {
 	names, err := readNames(p.chunks)
 	if errors.Is(err, fs.ErrNotExist) {
-		return scanResult{}, os.MkdirAll(p.chunks, 0o755)
+		return scanResult{}, pm.mkdirs(p.root, p.chunks)
 	}
 	if err != nil {
 		return scanResult{}, fmt.Errorf("scan %s: %w", p.chunks, err)
@@ -49,7 +53,7 @@ func scanDir(p paths, now time.Time) (scanResult, error) {
 	g.SetLimit(min(runtime.GOMAXPROCS(0), 8))
 	for i, s := range names {
 		g.Go(func() error {
-			if err := scanShard(p.chunks+"/"+s, s, now, &shards[i]); err != nil {
+			if err := scanShard(p.chunks+"/"+s, s, pm, now, &shards[i]); err != nil {
 				return fmt.Errorf("scan %s: %w", s, err)
 			}
 			return nil
@@ -68,11 +72,12 @@ func scanDir(p paths, now time.Time) (scanResult, error) {
 		res.entries = append(res.entries, s.entries...)
 		res.corrupt += s.corrupt
 		res.temps += s.temps
+		res.fixed += s.fixed
 	}
 	return res, nil
 }
 
-func scanShard(dir, shard string, now time.Time, res *scanResult) error {
+func scanShard(dir, shard string, pm perm, now time.Time, res *scanResult) error {
 	f, err := os.Open(dir)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return nil // deleted since listed, or not a directory: nothing of ours
@@ -113,6 +118,9 @@ func scanShard(dir, shard string, now time.Time, res *scanResult) error {
 				res.corrupt++
 			}
 		default:
+			if pm.fixAt(fd, name, &st) {
+				res.fixed++
+			}
 			res.entries = append(res.entries, scanned{key: d, size: st.Size, mtime: mtime})
 		}
 	}

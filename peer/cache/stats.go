@@ -3,7 +3,7 @@ package cache
 import "sync/atomic"
 
 // Stats is a snapshot of a Cache's counters. Entries and Bytes describe
-// this process's index (see Digests); the counters count since Open, in
+// this process's index (see Keys); the counters count since Open, in
 // this process only.
 type Stats struct {
 	Entries  int   // entries in the index

@@ -91,6 +91,11 @@ type CacheConfig struct {
 	// peers and readers without the disk, with DirectIO only
 	// (peer/cache.Config.HotBytes); DefaultHotBytes by default, 0 none.
 	HotBytes int64 `mapstructure:"hot_bytes"`
+	// Group, a group name or gid, lets that group read the cache: 0750
+	// directories and 0640 files owned by it, instead of 0700 and 0600
+	// (peer/cache.Config.Group). For mount daemons that run as another
+	// user; give them the same cache.group.
+	Group string `mapstructure:"group"`
 }
 
 // ExchangeConfig is the chunk exchange server's part of Config (see
@@ -166,6 +171,7 @@ func (c Config) cache() cache.Config {
 		LowWatermark:  c.Cache.LowWatermark,
 		DirectIO:      c.Cache.DirectIO,
 		HotBytes:      c.Cache.HotBytes,
+		Group:         c.Cache.Group,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
@@ -55,8 +56,8 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("state directory: %w", err)
+	if err := prepareStateDir(cfg.Dir, log); err != nil {
+		return nil, err
 	}
 	d := &Daemon{log: log, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -120,7 +121,11 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	}
 	d.onClose(d.heat.Close)
 
-	if d.proxy, err = proxy.New(cfg.Proxy, d.node, d.up, d.reg, log.With("part", "proxy")); err != nil {
+	pcfg := cfg.Proxy
+	if pcfg.GrantKeyFile == "" {
+		pcfg.GrantKeyFile = filepath.Join(cfg.Dir, "grant.key")
+	}
+	if d.proxy, err = proxy.New(pcfg, d.node, d.up, d.reg, log.With("part", "proxy")); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	if err = d.proxy.Listen(); err != nil {
@@ -211,4 +216,24 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Parts return nil when gctx ends; one that fails ends the others.
 	runErr := g.Wait()
 	return errors.Join(runErr, d.close())
+}
+
+// prepareStateDir creates the state directory 0700, or makes an existing
+// one 0700 if others may read it, saying so: it holds the peer's identity
+// key, the grant key and what the node holds.
+func prepareStateDir(dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
+		log.Warn("state directory was mode "+fi.Mode().Perm().String()+"; made it 0700", "dir", dir)
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -42,7 +43,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second, Control: guardDial}
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           dialer.DialContext,
@@ -52,25 +53,9 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		MaxIdleConnsPerHost:   16,
 		IdleConnTimeout:       90 * time.Second,
 	}
-	hc := &http.Client{Transport: tr, CheckRedirect: checkRedirect}
-	return &Client{cfg: cfg, log: log, hc: hc, tr: tr, tokens: newTokenCache(), creds: &nodeCreds{path: cfg.DockerConfigFile}, def: def.String()}, nil
-}
-
-// maxRedirects bounds the redirects followed for one request.
-const maxRedirects = 10
-
-// checkRedirect lets http.Client follow registries' redirects of blob
-// GETs to storage, keeping Range, but never sends the registry's
-// Authorization to another host:port (http.Client compares host names
-// only, ignoring the port).
-func checkRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= maxRedirects {
-		return fmt.Errorf("stopped after %d redirects", maxRedirects)
-	}
-	if !strings.EqualFold(req.URL.Host, via[0].URL.Host) {
-		req.Header.Del("Authorization")
-	}
-	return nil
+	c := &Client{cfg: cfg, log: log, tr: tr, tokens: newTokenCache(), creds: &nodeCreds{path: cfg.DockerConfigFile}, def: def.String()}
+	c.hc = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
+	return c, nil
 }
 
 // Close releases idle connections.
@@ -133,6 +118,9 @@ func (c *Client) send(ctx context.Context, ref Ref, build func() (*http.Request,
 	bearer := false
 	switch {
 	case ref.Authorization == "":
+		if !c.lends(host) {
+			break // anonymous: the node's credentials are not lent
+		}
 		if creds, err = c.creds.get(host); err != nil {
 			c.log.Warn("node credentials unusable", "registry", host, "err", err)
 		}
@@ -185,6 +173,23 @@ func (c *Client) send(ctx context.Context, ref Ref, build func() (*http.Request,
 	return c.do(build, authz)
 }
 
+// lends reports whether requests without credentials to registry host
+// are sent with the node's own (Config.LendNodeCredentials).
+func (c *Client) lends(host string) bool {
+	if contains(c.cfg.LendNodeCredentials, host) {
+		return true
+	}
+	switch strings.ToLower(host) { // Docker Hub has several names
+	case "registry-1.docker.io", "index.docker.io", "docker.io":
+		for _, h := range []string{"registry-1.docker.io", "index.docker.io", "docker.io"} {
+			if contains(c.cfg.LendNodeCredentials, h) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // token fetches and caches a token for key, one fetch at a time per key:
 // concurrent reads that all met the challenge share it. The fetch is not
 // cancelled when one waiter gives up; the token server timeout bounds it.
@@ -219,7 +224,27 @@ func (c *Client) do(build func() (*http.Request, error), authz string) (*http.Re
 	if authz != "" {
 		req.Header.Set("Authorization", authz)
 	}
-	return c.hc.Do(req)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		// A refused redirect comes with the redirect's response (body
+		// closed): nothing of it may reach a client.
+		return nil, withoutQuery(err)
+	}
+	return resp, nil
+}
+
+// withoutQuery drops the query of the URL an http.Client error names: a
+// redirect to blob storage carries its signature there, and the error
+// goes to logs and to clients.
+func withoutQuery(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil && (u.RawQuery != "" || u.User != nil) {
+			u.RawQuery, u.User = "", nil
+			ue.URL = u.String() + "?REDACTED"
+		}
+	}
+	return err
 }
 
 // drain reads a little of a response body, so the connection can be

@@ -30,10 +30,18 @@ type Config struct {
 	// accident.
 	PlainHTTP []string `mapstructure:"plain_http"`
 	// DockerConfigFile is a docker config.json whose "auths" hold the
-	// node's own credentials, used when a client sent no Authorization.
-	// Empty means none. It is read again whenever a token is fetched, so
-	// updates apply without a restart.
+	// node's own credentials. Empty means none. It is read again when its
+	// size or modification time changes, so updates apply without a
+	// restart. The node's credentials are used for a client's request only
+	// where LendNodeCredentials says so.
 	DockerConfigFile string `mapstructure:"docker_config_file"`
+	// LendNodeCredentials lists the registry hosts ("host[:port]") for
+	// which a request that carries no Authorization is sent with the
+	// node's own credentials from DockerConfigFile. Anyone who can reach
+	// the proxy then reads whatever those credentials can: list only
+	// registries whose every repository any local client may read. Other
+	// registries see such a request as anonymous.
+	LendNodeCredentials []string `mapstructure:"lend_node_credentials"`
 	// Timeout bounds one ReadRange attempt, and the wait for response
 	// headers of a forwarded request (its body may stream for longer).
 	Timeout time.Duration `mapstructure:"timeout"`
@@ -85,6 +93,14 @@ func (c Config) Validate() error {
 		if h == "" || strings.ContainsAny(h, "/ ") {
 			errs = append(errs, fmt.Errorf("plain_http: %q is not a host[:port]", h))
 		}
+	}
+	for _, h := range c.LendNodeCredentials {
+		if h == "" || strings.ContainsAny(h, "/ ") {
+			errs = append(errs, fmt.Errorf("lend_node_credentials: %q is not a host[:port]", h))
+		}
+	}
+	if len(c.LendNodeCredentials) > 0 && c.DockerConfigFile == "" {
+		errs = append(errs, errors.New("lend_node_credentials: set, but docker_config_file is empty"))
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("timeout: %v is negative", c.Timeout))

@@ -57,7 +57,7 @@ func IsTransient(err error) bool {
 	if errors.As(err, &se) {
 		return se.Transient()
 	}
-	if errors.Is(err, ErrRange) {
+	if errors.Is(err, ErrRange) || errors.Is(err, ErrRefused) {
 		return false
 	}
 	var nerr net.Error

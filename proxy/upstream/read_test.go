@@ -279,15 +279,22 @@ func TestReadRangeNodeCredentials(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte(`{"auths":{"http://`+reg.Host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := newClient(t, func(c *upstream.Config) { c.DockerConfigFile = cfgFile })
 	p := make([]byte, 300)
+	c := newClient(t, func(c *upstream.Config) { c.DockerConfigFile = cfgFile })
+	if err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "priv"}, d, 0, p); err == nil {
+		t.Error("node credentials not lent: got nil error, want 401")
+	}
+	c = newClient(t, func(c *upstream.Config) { c.DockerConfigFile = cfgFile; c.LendNodeCredentials = []string{reg.Host} })
 	if err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "priv"}, d, 0, p); err != nil {
-		t.Fatalf("with node credentials: %v", err)
+		t.Fatalf("with node credentials lent: %v", err)
 	}
 	if !bytes.Equal(p, data) {
 		t.Error("bytes differ")
 	}
-	c = newClient(t, func(c *upstream.Config) { c.DockerConfigFile = filepath.Join(t.TempDir(), "missing.json") })
+	c = newClient(t, func(c *upstream.Config) {
+		c.DockerConfigFile = filepath.Join(t.TempDir(), "missing.json")
+		c.LendNodeCredentials = []string{reg.Host}
+	})
 	if err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "priv"}, d, 0, p); err == nil {
 		t.Error("without node credentials: got nil error, want 401")
 	}

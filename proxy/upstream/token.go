@@ -97,8 +97,8 @@ func (c *Client) fetchToken(ctx context.Context, ch challenge, repo, creds strin
 	if err != nil || realm.Host == "" {
 		return "", time.Time{}, fmt.Errorf("token realm %q: not a URL", ch.params["realm"])
 	}
-	if realm.Scheme != "https" && !(realm.Scheme == "http" && (isLoopback(realm.Host) || contains(c.cfg.PlainHTTP, realm.Host))) {
-		return "", time.Time{}, fmt.Errorf("token realm %q: must be https (or http to a loopback or plain_http host)", realm)
+	if err := c.checkURL(realm); err != nil {
+		return "", time.Time{}, fmt.Errorf("token realm %q: %w", realm.Redacted(), err)
 	}
 	q := realm.Query()
 	if s := ch.params["service"]; s != "" {

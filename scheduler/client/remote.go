@@ -70,6 +70,13 @@ func (c *Client) step(ctx context.Context, r *remote) {
 		reg.Addrs = append(reg.Addrs, a.String())
 	}
 	if _, err := c.callTimeout(ctx, r, reg); err != nil {
+		if codeOf(err) == wire.CodeTooManyPeers {
+			// It has all the members it takes: to this peer it is as
+			// good as down (its blobs go to the others once it is
+			// taken as dead), and registering is tried again each
+			// round, for a member's place frees when one leaves.
+			c.log.Warn("scheduler refuses new members (max_peers); trying again later", "scheduler", r.name)
+		}
 		if codeOf(err) != wire.CodeRateLimited {
 			c.failed(ctx, r, err)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"unicode/utf8"
+
+	"damselfly/scheduler/internal/framebuf"
 )
 
 // flagOK and flagPrefetchOnly are the defined bits of the flags bytes.
@@ -82,7 +84,9 @@ func truncate(s string, n int) string {
 }
 
 // ReadFrame reads one frame from r and decodes it. The length is checked
-// against MaxFrame before the body is read.
+// against MaxFrame before the body is read, and the body's buffer grows
+// as its bytes arrive (framebuf): a declared length is never allocated
+// up front.
 func ReadFrame(r io.Reader) (Message, error) {
 	var h [4]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
@@ -92,8 +96,8 @@ func ReadFrame(r io.Reader) (Message, error) {
 	if n < 1 || n > MaxFrame {
 		return nil, fmt.Errorf("%w: length %d outside 1..%d", ErrMalformed, n, MaxFrame)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
+	buf, err := framebuf.Read(r, int(n))
+	if err != nil {
 		return nil, fmt.Errorf("read %d-byte frame: %w", n, err)
 	}
 	return Decode(buf)

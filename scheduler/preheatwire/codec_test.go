@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -112,4 +114,26 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded %x, decoded from %x", b[4:], frame)
 		}
 	})
+}
+
+// A frame that declares MaxFrame and sends 10 bytes of it costs about
+// what arrived (framebuf's first step), not MaxFrame. Not parallel: it
+// measures the process's allocations.
+func TestReadFrameAllocatesWhatArrives(t *testing.T) {
+	in := binary.BigEndian.AppendUint32(nil, MaxFrame)
+	in = append(in, byte(TypeProgress))
+	in = append(in, make([]byte, 9)...)
+	const runs = 100
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range runs {
+		if _, err := ReadFrame(bytes.NewReader(in)); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("got %v, want io.ErrUnexpectedEOF", err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if got, limit := (after.TotalAlloc-before.TotalAlloc)/runs, uint64(MaxFrame/2+1024); got > limit {
+		t.Errorf("allocated %d bytes a frame for 10 of %d declared, want at most %d", got, MaxFrame, limit)
+	}
 }

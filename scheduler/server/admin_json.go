@@ -14,6 +14,7 @@ type PeerJSON struct {
 	ID                string            `json:"id"`
 	Addrs             []string          `json:"addrs"`
 	Labels            map[string]string `json:"labels"`
+	Source            string            `json:"source"`
 	UploadCapacity    int64             `json:"upload_capacity"`
 	ActiveUploads     int               `json:"active_uploads"`
 	UploadBytesPerSec int64             `json:"upload_bytes_per_sec"`
@@ -35,7 +36,7 @@ func peersJSON(v []scheduler.PeerView) []PeerJSON {
 	out := make([]PeerJSON, 0, len(v))
 	for _, p := range v {
 		j := PeerJSON{
-			ID: p.ID, Addrs: p.Addrs, Labels: p.Labels, UploadCapacity: p.UploadCapacity,
+			ID: p.ID, Addrs: p.Addrs, Labels: p.Labels, Source: p.Source, UploadCapacity: p.UploadCapacity,
 			ActiveUploads: p.Load.ActiveUploads, UploadBytesPerSec: p.Load.UploadBytesPerSec,
 			Joined: p.Joined, LastSeen: p.LastSeen, Alive: p.Alive, Pending: p.Pending,
 			Success: p.Success, Throughput: p.Throughput, Reports: p.Reports, Blobs: p.Blobs,

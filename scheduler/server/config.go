@@ -74,10 +74,13 @@ type AdminConfig struct {
 // documentation of each field.
 type StateConfig struct {
 	PeerTTL                time.Duration `mapstructure:"peer_ttl" yaml:"peer_ttl"`
+	MaxPeers               int           `mapstructure:"max_peers" yaml:"max_peers"`
+	MaxPeersPerSource      int           `mapstructure:"max_peers_per_source" yaml:"max_peers_per_source"`
 	MaxParents             int           `mapstructure:"max_parents" yaml:"max_parents"`
 	MaxChunksPerQuery      int           `mapstructure:"max_chunks_per_query" yaml:"max_chunks_per_query"`
 	MaxChunksPerBlob       uint32        `mapstructure:"max_chunks_per_blob" yaml:"max_chunks_per_blob"`
 	MaxHoldingBytesPerPeer int64         `mapstructure:"max_holding_bytes_per_peer" yaml:"max_holding_bytes_per_peer"`
+	MaxHoldingBytes        int64         `mapstructure:"max_holding_bytes" yaml:"max_holding_bytes"`
 	OriginFetchers         int           `mapstructure:"origin_fetchers" yaml:"origin_fetchers"`
 	OriginTimeout          time.Duration `mapstructure:"origin_timeout" yaml:"origin_timeout"`
 	OriginTurnsPerPeer     int           `mapstructure:"origin_turns_per_peer" yaml:"origin_turns_per_peer"`

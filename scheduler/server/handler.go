@@ -54,7 +54,7 @@ func (s *Server) handle(st network.Stream) {
 	if m, ok := req.(*wire.RouteWait); ok {
 		resp = s.routeWait(from, m)
 	} else {
-		resp = s.serve(from.String(), req, time.Now())
+		resp = s.serve(from.String(), sourceOf(st.Conn().RemoteMultiaddr()), req, time.Now())
 	}
 	result := "ok"
 	if e, ok := resp.(*wire.Error); ok {
@@ -168,8 +168,9 @@ func (s *Server) release(p peer.ID) {
 	}
 }
 
-// serve applies req for the peer from and returns the response.
-func (s *Server) serve(from string, req wire.Message, now time.Time) wire.Message {
+// serve applies req for the peer from, connected from the machine src
+// (sourceOf), and returns the response.
+func (s *Server) serve(from, src string, req wire.Message, now time.Time) wire.Message {
 	var err error
 	switch m := req.(type) {
 	case *wire.Register:
@@ -178,7 +179,7 @@ func (s *Server) serve(from string, req wire.Message, now time.Time) wire.Messag
 				return &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("address %q: %v", a, perr)}
 			}
 		}
-		err = s.state.Register(from, scheduler.PeerInfo{Addrs: m.Addrs, Labels: m.Labels, UploadCapacity: m.UploadCapacity}, now)
+		err = s.state.Register(from, scheduler.PeerInfo{Addrs: m.Addrs, Labels: m.Labels, UploadCapacity: m.UploadCapacity, Source: src}, now)
 	case *wire.Heartbeat:
 		err = s.state.Heartbeat(from, m.Load, now)
 	case *wire.Announce:
@@ -311,6 +312,8 @@ func errorResponse(err error) *wire.Error {
 		code = wire.CodeBanned
 	case errors.Is(err, scheduler.ErrLimit):
 		code = wire.CodeLimit
+	case errors.Is(err, scheduler.ErrTooManyPeers):
+		code = wire.CodeTooManyPeers
 	case errors.Is(err, scheduler.ErrInvalid), errors.Is(err, scheduler.ErrNoAssignment):
 		code = wire.CodeBadRequest
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	dhost "damselfly/peer/host"
 	"damselfly/rafs"
 	"damselfly/scheduler"
 	"damselfly/scheduler/wire"
@@ -378,4 +379,54 @@ func TestAdminSlowAndBigHeaders(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("128 KiB header: got %d, want %d", resp.StatusCode, http.StatusRequestHeaderFieldsTooLarge)
 	}
+}
+
+// TestReportSybil: two peer IDs on one machine (here, both on loopback)
+// are one machine to the ban quorum, however many IDs it runs: their
+// accusations of an honest parent do not ban it. The machine is the
+// connection's address, which the scheduler records as the peer's source.
+func TestReportSybil(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.State.BanQuorum = 2
+	s := startServer(t, cfg)
+	honest, b, c := newPeer(t), newPeer(t), newPeer(t)
+	for _, h := range []*dhost.Host{honest, b, c} {
+		wantOK(t, request(t, h, s, &wire.Register{Labels: map[string]string{"host": h.ID().String()}}))
+	}
+	wantOK(t, request(t, honest, s, &wire.Announce{Blob: blobA, Chunks: []uint32{0, 1}}))
+	for i, h := range []*dhost.Host{b, c} {
+		ans := request(t, h, s, &wire.Route{Blob: blobA, Chunks: []uint32{uint32(i)}}).(*wire.Answer)
+		if len(ans.Answer.Parents) != 1 {
+			t.Fatalf("got parents %+v, want the honest peer", ans.Answer.Parents)
+		}
+		ok := wantOK(t, request(t, h, s, &wire.Report{About: honest.ID().String(), Outcome: scheduler.Outcome{Blob: blobA, BadBytes: true, BadChunk: uint32(i)}}))
+		if ok.Banned {
+			t.Fatalf("accusation %d from the same machine banned the parent", i+1)
+		}
+	}
+	if bans := s.state.Bans(time.Now()); len(bans) != 0 {
+		t.Errorf("bans %+v, want none", bans)
+	}
+	for _, p := range s.state.Peers(time.Now()) {
+		if p.Source != "127.0.0.1" {
+			t.Errorf("peer %s: source %q, want 127.0.0.1 (its connection's address, not its host label)", p.ID, p.Source)
+		}
+	}
+}
+
+// TestRegisterCapWire: a registration past state.max_peers is answered
+// "too many peers"; the member keeps working, and its leaving makes room.
+func TestRegisterCapWire(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.State.MaxPeers = 1
+	s := startServer(t, cfg)
+	a, b := newPeer(t), newPeer(t)
+	wantOK(t, request(t, a, s, &wire.Register{}))
+	wantCode(t, request(t, b, s, &wire.Register{}), wire.CodeTooManyPeers)
+	wantOK(t, request(t, a, s, &wire.Heartbeat{}))
+	wantOK(t, request(t, a, s, &wire.Register{}))
+	wantOK(t, request(t, a, s, &wire.Unregister{}))
+	wantOK(t, request(t, b, s, &wire.Register{}))
 }

@@ -9,10 +9,14 @@ import (
 	"unicode/utf8"
 
 	"damselfly/scheduler"
+	"damselfly/scheduler/internal/framebuf"
 )
 
 // ReadFrame reads one frame from r and decodes it. The length is checked
-// against MaxFrame before the body is read into a buffer of that size.
+// against MaxFrame before the body is read, and the body's buffer grows
+// as its bytes arrive (framebuf): a declared length is never allocated
+// up front, so a sender that declares MaxFrame and sends little costs
+// little.
 func ReadFrame(r io.Reader) (Message, error) {
 	var h [4]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
@@ -22,8 +26,8 @@ func ReadFrame(r io.Reader) (Message, error) {
 	if n < 1 || n > MaxFrame {
 		return nil, fmt.Errorf("%w: length %d outside 1..%d", ErrMalformed, n, MaxFrame)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
+	buf, err := framebuf.Read(r, int(n))
+	if err != nil {
 		return nil, fmt.Errorf("read %d-byte frame: %w", n, err)
 	}
 	return Decode(buf)

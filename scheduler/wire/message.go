@@ -181,12 +181,13 @@ type Code uint8
 
 // Error codes.
 const (
-	CodeUnknownPeer Code = 1 // not registered: register, then announce in full
-	CodeRateLimited Code = 2 // too many streams or accusations; try later
-	CodeBadRequest  Code = 3 // the request broke the protocol or a rule
-	CodeInternal    Code = 4 // the scheduler failed
-	CodeBanned      Code = 5 // the sending peer is banned
-	CodeLimit       Code = 6 // the peer's holdings budget is used up
+	CodeUnknownPeer  Code = 1 // not registered: register, then announce in full
+	CodeRateLimited  Code = 2 // too many streams or accusations; try later
+	CodeBadRequest   Code = 3 // the request broke the protocol or a rule
+	CodeInternal     Code = 4 // the scheduler failed
+	CodeBanned       Code = 5 // the sending peer is banned
+	CodeLimit        Code = 6 // the peer's holdings budget is used up
+	CodeTooManyPeers Code = 7 // the scheduler has all the members it takes; register later
 )
 
 func (c Code) String() string {
@@ -203,6 +204,8 @@ func (c Code) String() string {
 		return "banned"
 	case CodeLimit:
 		return "holdings limit"
+	case CodeTooManyPeers:
+		return "too many peers"
 	}
 	return fmt.Sprintf("code(%d)", uint8(c))
 }

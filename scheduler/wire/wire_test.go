@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,7 @@ func sampleMessages() []Message {
 		}},
 		&Answer{},
 		&Error{Code: CodeUnknownPeer, Message: "register again"},
+		&Error{Code: CodeTooManyPeers, Message: "register later"},
 	}
 }
 
@@ -207,7 +209,29 @@ func FuzzReadFrame(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add(be32(MaxFrame + 1))
+	f.Add(append(be32(MaxFrame), byte(TypeAnnounce), 1, 2)) // declares the most, sends little
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = ReadFrame(bytes.NewReader(b))
 	})
+}
+
+// A frame that declares MaxFrame and sends 10 bytes of it costs about
+// what arrived, not MaxFrame: the body's buffer grows as bytes arrive.
+// Not parallel: it measures the process's allocations.
+func TestReadFrameAllocatesWhatArrives(t *testing.T) {
+	in := append(be32(MaxFrame), byte(TypeAnnounce))
+	in = append(in, make([]byte, 9)...)
+	const runs = 100
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range runs {
+		if _, err := ReadFrame(bytes.NewReader(in)); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("got %v, want io.ErrUnexpectedEOF", err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if got, limit := (after.TotalAlloc-before.TotalAlloc)/runs, uint64(16<<10); got > limit {
+		t.Errorf("allocated %d bytes a frame for 10 of %d declared, want at most %d", got, MaxFrame, limit)
+	}
 }

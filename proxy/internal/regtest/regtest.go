@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -33,7 +34,17 @@ type Auth struct {
 	User, Pass string
 	// Anonymous lets the token endpoint give tokens without credentials.
 	Anonymous bool
+	// Allow, if set, decides per repository: user is User for a token
+	// got with the credentials, "" for an anonymous one (AnonToken). A
+	// request it refuses gets 404 NAME_UNKNOWN, as registries answer for
+	// a repository the token does not reach. nil allows every
+	// repository to every token.
+	Allow func(user, repo string) bool
 }
+
+// AnonToken is the token given without credentials when Auth.Allow is
+// set (without Allow, anonymous requests get Token).
+const AnonToken = "regtest-token-anon"
 
 // Token is the bearer token the token endpoint issues.
 const Token = "regtest-token-1"
@@ -47,6 +58,7 @@ type Registry struct {
 
 	auth      *Auth
 	inner     http.Handler
+	links     sync.Map // repo + "@" + digest -> true: blobs pushed to or mounted in repo
 	intercept atomic.Pointer[func(w http.ResponseWriter, r *http.Request) bool]
 }
 
@@ -91,11 +103,31 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 		r.TokenFetches.Add(1)
+		tok := Token
+		if !ok && r.auth.Allow != nil {
+			tok = AnonToken
+		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"token": Token, "expires_in": 300})
+		json.NewEncoder(w).Encode(map[string]any{"token": tok, "expires_in": 300})
 		return
 	}
-	if req.Header.Get("Authorization") != "Bearer "+Token {
+	authz := req.Header.Get("Authorization")
+	if r.auth.Allow != nil && (authz == "Bearer "+Token || authz == "Bearer "+AnonToken) {
+		user := r.auth.User
+		if authz == "Bearer "+AnonToken {
+			user = ""
+		}
+		repo := repoOf(req.URL.Path)
+		if repo != "" && !r.auth.Allow(user, repo) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"errors":[{"code":"NAME_UNKNOWN","message":"repository name not known to registry"}]}`))
+			return
+		}
+		r.serveLinked(w, req, repo)
+		return
+	}
+	if authz != "Bearer "+Token {
 		w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="http://%s/token",service="regtest"`, req.Host))
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
@@ -103,6 +135,59 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.inner.ServeHTTP(w, req)
+}
+
+// serveLinked serves req as a registry that keeps blobs per repository
+// (as distribution does; go-containerregistry's in-memory one keeps them
+// in one pool): a blob is found only in a repository it was pushed to or
+// mounted in.
+func (r *Registry) serveLinked(w http.ResponseWriter, req *http.Request, repo string) {
+	path := req.URL.Path
+	if i := strings.LastIndex(path, "/blobs/"); i >= 0 && (req.Method == http.MethodGet || req.Method == http.MethodHead) &&
+		!strings.Contains(path[i:], "/uploads") {
+		if _, ok := r.links.Load(repo + "@" + path[i+len("/blobs/"):]); !ok {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown to registry"}]}`))
+			return
+		}
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	r.inner.ServeHTTP(sw, req)
+	q := req.URL.Query()
+	switch {
+	case sw.code == http.StatusCreated && req.Method == http.MethodPut && q.Get("digest") != "":
+		r.links.Store(repo+"@"+q.Get("digest"), true)
+	case sw.code == http.StatusCreated && req.Method == http.MethodPost && q.Get("mount") != "":
+		r.links.Store(repo+"@"+q.Get("mount"), true)
+	}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// repoOf is the repository of a /v2/NAME/(blobs|manifests|tags|referrers)/...
+// path, "" for others.
+func repoOf(path string) string {
+	rest, ok := strings.CutPrefix(path, "/v2/")
+	if !ok {
+		return ""
+	}
+	parts := strings.Split(rest, "/")
+	for i := len(parts) - 2; i > 0; i-- {
+		switch parts[i] {
+		case "blobs", "manifests", "tags", "referrers":
+			return strings.Join(parts[:i], "/")
+		}
+	}
+	return ""
 }
 
 // options authenticate pushes.

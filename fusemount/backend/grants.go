@@ -1,0 +1,50 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	peerproxy "damselfly/proxy"
+	"damselfly/rafs"
+)
+
+// Authorize asks the node's peer for grants for blobs (the image's), with
+// the credentials the mount uses for the registry: with them the peer
+// keeps serving this mount's reads of every blob of the image while the
+// registry is down, however long the mount lives. Without a proxy, or
+// for an OCI layout, it does nothing. Credentials from a keychain are
+// settled first (one request to the registry) so that the peer checks
+// the mount's own, not anonymous access. Errors are the peer's refusals
+// or failures; reads go on without grants all the same.
+func (b *Backend) Authorize(ctx context.Context, blobs []rafs.Digest) error {
+	if b.proxy == nil || b.reg == nil || len(blobs) == 0 {
+		return nil
+	}
+	if b.reg.authorization() == "" {
+		if err := b.reg.touch(ctx, blobs[0]); err != nil {
+			return fmt.Errorf("grants: credentials: %w", err)
+		}
+	}
+	up := peerproxy.Upstream{Registry: b.reg.origin(), Repo: b.reg.repo.RepositoryStr(), Authorization: b.reg.authorization()}
+	return b.proxy.chunks.Authorize(ctx, up, blobs)
+}
+
+// touch sends one HEAD of blob d through the authenticated client, which
+// settles the credentials (and records them for the proxy).
+func (r *registry) touch(ctx context.Context, d rafs.Digest) error {
+	c, _, err := r.authorized(ctx)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, r.origin()+r.blobPath(d), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
