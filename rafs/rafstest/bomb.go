@@ -3,9 +3,11 @@ package rafstest
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -102,6 +104,82 @@ func ZstdWindowBomb(log2 uint, single bool) []byte {
 	}
 	out = appendBlockHeader(out, blockRaw, 1, false)
 	return append(out, 'D')
+}
+
+// The names a RAFS manifest uses (rafs/mediatypes.go; FORMAT.md). They
+// are spelled out here because this package must not import rafs, whose
+// own tests use it; rafs/image's tests check that they agree.
+const (
+	MediaTypeBootstrap        = "application/vnd.damselfly.rafs.bootstrap.v1+zstd"
+	AnnotationVersion         = "io.damselfly.rafs.version"
+	AnnotationBootstrapSize   = "io.damselfly.rafs.bootstrap.size"
+	AnnotationBootstrapDigest = "io.damselfly.rafs.bootstrap.digest"
+)
+
+// Bomb is a hostile bootstrap layer, as a RAFS manifest would list it.
+type Bomb struct {
+	// Name says what it does; it is also its tag in WriteBombLayout.
+	Name string
+	// Layer is the layer's bytes, a few hundred KiB at most.
+	Layer []byte
+	// Size is the bootstrap size annotation on the layer; "" for none.
+	Size string
+	// Want is a part of the error every reader must refuse it with.
+	Want string
+}
+
+// Bombs returns bootstrap bombs, each under 200 KiB as stored and each
+// inflating to (or asking for) gigabytes:
+//
+//   - "declares-4g": a superblock that declares 4 GiB, then 6 GiB of
+//     zeros; no size annotation.
+//   - "zeros-past-end": an honest 320-byte bootstrap, then 6 GiB of zeros;
+//     no size annotation.
+//   - "lying-annotation": the same, with a size annotation of 4 GiB - 1.
+//   - "declares-500m": a superblock that declares 500 MiB, within the
+//     default limit, with the annotation to match, then 6 GiB of zeros.
+//   - "window-512m": a zstd frame that asks for a 512 MiB window.
+func Bombs() []Bomb {
+	const gib = 1 << 30
+	honest := BootstrapHead(320)
+	return []Bomb{
+		{Name: "declares-4g", Layer: ZstdBomb(BootstrapHead(4*gib), 6*gib), Want: "exceeds the size limit"},
+		{Name: "zeros-past-end", Layer: ZstdBomb(honest, 6*gib), Want: "goes on past the 320 bytes"},
+		{Name: "lying-annotation", Layer: ZstdBomb(honest, 6*gib), Size: "4294967295", Want: "the manifest says 4294967295"},
+		{Name: "declares-500m", Layer: ZstdBomb(BootstrapHead(500<<20), 6*gib), Size: "524288000", Want: "more than 256x"},
+		{Name: "window-512m", Layer: ZstdWindowBomb(29, false), Want: "window size exceeded"},
+	}
+}
+
+// Image returns b as the bootstrap layer of an image that is RAFS as far
+// as its manifest goes (the version annotation, the bootstrap last).
+func (b Bomb) Image() (v1.Image, error) {
+	ann := map[string]string{}
+	if b.Size != "" {
+		ann[AnnotationBootstrapSize] = b.Size
+	}
+	return LayerImage(b.Layer, MediaTypeBootstrap, ann, map[string]string{AnnotationVersion: "1"})
+}
+
+// WriteBombLayout writes every bomb of Bombs into the OCI layout at dir
+// (created if needed), tagged with its name.
+func WriteBombLayout(dir string) error {
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		if p, err = layout.Write(dir, empty.Index); err != nil {
+			return err
+		}
+	}
+	for _, b := range Bombs() {
+		img, err := b.Image()
+		if err != nil {
+			return fmt.Errorf("bomb %s: %w", b.Name, err)
+		}
+		if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{RefNameAnnotation: b.Name})); err != nil {
+			return fmt.Errorf("bomb %s: %w", b.Name, err)
+		}
+	}
+	return nil
 }
 
 // LayerImage returns an OCI image (manifest media type OCI) with one layer
