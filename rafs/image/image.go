@@ -1,9 +1,11 @@
 // Package image opens RAFS images for reading: it resolves a reference to
 // a RAFS manifest, fetches the bootstrap, checks it against the manifest's
 // digest, and reads chunk bytes from the image's blobs by range. Every
-// reader of converted images (inspect, check, unpack, mount) goes through
-// it, so the chain of trust from manifest digest to chunk digest is built
-// in one place.
+// reader of converted images (inspect, check, unpack, mount, preheat,
+// convert --chunk-dict) goes through it, so the chain of trust from
+// manifest digest to chunk digest is built in one place, and so is the
+// bound on what a bootstrap layer may inflate to (Options.MaxBootstrapSize;
+// rafs/FORMAT.md, "Reading a bootstrap layer").
 package image
 
 import (
