@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,15 +22,26 @@ import (
 // refusing costs. The bombs inflate to gigabytes.
 const maxBombRSS = 96 << 20
 
+// rssWrapperEnv, set, makes the test binary runRSS's wrapper: it runs
+// the command line it is given and writes the child's peak RSS in bytes
+// to the file the variable names.
+const rssWrapperEnv = "DAMSELFLY_TEST_RSS_FILE"
+
 // runRSS runs the binary like run and also returns its peak resident
-// memory in bytes.
+// memory in bytes. It runs it through a fresh copy of the test binary:
+// Linux counts into a process's peak RSS that of the process it was
+// started from (Go starts children with vfork), so a child of this
+// test process, with its hundreds of MiB under -race, would report at
+// least those; a child of a process that has just started reports its
+// own.
 func runRSS(t *testing.T, env []string, args ...string) (result, int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), cliTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
+	rssFile := filepath.Join(t.TempDir(), "rss")
+	cmd := exec.CommandContext(ctx, os.Args[0], append([]string{binary}, args...)...)
 	cmd.WaitDelay = 5 * time.Second
-	cmd.Env = append(cmd.Environ(), env...)
+	cmd.Env = append(cmd.Environ(), append(env, rssWrapperEnv+"="+rssFile)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -37,11 +52,38 @@ func runRSS(t *testing.T, env []string, args ...string) (result, int64) {
 	if err != nil {
 		r.code = cmd.ProcessState.ExitCode()
 	}
+	data, err := os.ReadFile(rssFile)
+	if err != nil {
+		t.Fatalf("damselfly %s: no peak RSS: %v; stderr:\n%s", strings.Join(args, " "), err, r.stderr)
+	}
+	rss, err := strconv.ParseInt(string(data), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, rss
+}
+
+// rssWrapper runs os.Args[1:], passing its output and exit code on, and
+// writes its peak RSS to the file rssWrapperEnv names.
+func rssWrapper() int {
+	cmd := exec.Command(os.Args[1], os.Args[2:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		fmt.Fprintln(os.Stderr, "rss wrapper:", err)
+		return 125
+	}
 	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	if !ok {
-		t.Fatalf("no rusage for damselfly %s", strings.Join(args, " "))
+		fmt.Fprintln(os.Stderr, "rss wrapper: no rusage")
+		return 125
 	}
-	return r, ru.Maxrss << 10 // KiB on Linux
+	if err := os.WriteFile(os.Getenv(rssWrapperEnv), []byte(strconv.FormatInt(ru.Maxrss<<10, 10)), 0o644); err != nil { // KiB on Linux
+		fmt.Fprintln(os.Stderr, "rss wrapper:", err)
+		return 125
+	}
+	return cmd.ProcessState.ExitCode()
 }
 
 // Every command that reads an image's bootstrap (inspect, check, unpack,
