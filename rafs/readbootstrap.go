@@ -62,15 +62,26 @@ type ReadOptions struct {
 	ExpectSize int64
 }
 
-// limit is the effective MaxSize.
-func (o ReadOptions) limit() uint64 {
+// Limit is the effective MaxSize.
+func (o ReadOptions) Limit() int64 {
 	switch {
 	case o.MaxSize <= 0:
 		return DefaultMaxBootstrapSize
 	case o.MaxSize > MaxBootstrapSize:
 		return MaxBootstrapSize
 	}
-	return uint64(o.MaxSize)
+	return o.MaxSize
+}
+
+func (o ReadOptions) limit() uint64 { return uint64(o.Limit()) }
+
+// MaxLayerSize is the most bytes a bootstrap within Limit takes as a
+// layer: zstd stores data that does not compress in raw blocks of up to
+// 128 KiB, each with a 3-byte header, after a frame header of at most 18
+// bytes. A layer that says it is larger can be refused unread.
+func (o ReadOptions) MaxLayerSize() int64 {
+	n := o.Limit()
+	return n + 3*(n/(128<<10)+1) + 64
 }
 
 // ReadBootstrap reads one uncompressed bootstrap from r and returns its

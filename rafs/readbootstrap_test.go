@@ -205,6 +205,23 @@ func (endlessZeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// MaxLayerSize holds the layer of a bootstrap that does not compress at
+// all, at the limit.
+func TestMaxLayerSize(t *testing.T) {
+	for _, n := range []int{1 << 20, 1<<20 + 12345} {
+		opts := ReadOptions{MaxSize: int64(n)}
+		if got := len(compressBootstrap(t, randBytes(uint64(n), n))); int64(got) > opts.MaxLayerSize() {
+			t.Errorf("%d random bytes compress to %d, over MaxLayerSize %d", n, got, opts.MaxLayerSize())
+		}
+	}
+	if got := (ReadOptions{}).Limit(); got != DefaultMaxBootstrapSize {
+		t.Errorf("default limit %d, want %d", got, DefaultMaxBootstrapSize)
+	}
+	if got := (ReadOptions{MaxSize: 8 << 30}).Limit(); got != MaxBootstrapSize {
+		t.Errorf("limit over the format's: got %d, want %d", got, MaxBootstrapSize)
+	}
+}
+
 type errReader struct{ err error }
 
 func (e *errReader) Read([]byte) (int, error) { return 0, e.err }

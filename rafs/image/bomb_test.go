@@ -2,11 +2,14 @@ package image_test
 
 import (
 	"errors"
+	"io"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"damselfly/rafs"
 	"damselfly/rafs/convert"
@@ -83,4 +86,25 @@ func TestOpenBootstrapLimit(t *testing.T) {
 		t.Fatalf("limit %d under a %d-byte bootstrap: got %v, want ErrTooLarge", small, res.BootstrapBytes, err)
 	}
 	mustOpen(t, ref, image.Options{MaxBootstrapSize: small + 1})
+}
+
+// A layer that says it is larger than any bootstrap within the limit
+// compresses to is refused without reading a byte.
+func TestReadBootstrapLayerSizeOutOfRange(t *testing.T) {
+	desc := v1.Descriptor{MediaType: rafs.MediaTypeBootstrap, Size: 1 << 40}
+	_, err := image.ReadBootstrapLimit(unreadable{t}, desc, 0)
+	if err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Errorf("a 1 TiB layer: got %v, want it refused", err)
+	}
+	desc.Size = 2 << 20
+	if _, err := image.ReadBootstrapLimit(unreadable{t}, desc, 1<<20); err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Errorf("a 2 MiB layer under a 1 MiB limit: got %v, want it refused", err)
+	}
+}
+
+type unreadable struct{ t *testing.T }
+
+func (u unreadable) Read([]byte) (int, error) {
+	u.t.Error("the layer was read")
+	return 0, io.EOF
 }

@@ -163,10 +163,10 @@ func ReadBootstrap(rc io.Reader, desc v1.Descriptor) ([]byte, error) {
 // with digest desc.Digest, and the bootstrap must have the size and
 // digest its annotations record, when they do.
 func ReadBootstrapLimit(rc io.Reader, desc v1.Descriptor, max int64) ([]byte, error) {
-	if desc.Size <= 0 || desc.Size > rafs.MaxBootstrapSize {
-		return nil, fmt.Errorf("layer size %d out of range", desc.Size)
-	}
 	opts := rafs.ReadOptions{MaxSize: max}
+	if desc.Size <= 0 || desc.Size > opts.MaxLayerSize() {
+		return nil, fmt.Errorf("layer size %d out of range: a bootstrap of at most %d bytes compresses to at most %d", desc.Size, opts.Limit(), opts.MaxLayerSize())
+	}
 	if a, ok := desc.Annotations[rafs.AnnotationBootstrapSize]; ok {
 		s, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || s <= 0 {
