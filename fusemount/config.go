@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"damselfly/fusemount/backend"
+	"damselfly/rafs"
 )
 
 // Config is the mount daemon's configuration, in nydusd's shape: a
@@ -32,6 +33,11 @@ type Config struct {
 	// AllowOther lets users other than the mounting one read the mount
 	// (the default when mounting as root).
 	AllowOther *bool `mapstructure:"allow_other"`
+	// MaxBootstrapBytes is the largest bootstrap the image's bootstrap
+	// layer may inflate to; a layer whose superblock declares more is
+	// refused before it is inflated (rafs.DefaultMaxBootstrapSize, sized
+	// for a few million files, by default).
+	MaxBootstrapBytes int64 `mapstructure:"max_bootstrap_bytes"`
 }
 
 // CacheConfig is the node cache shared with the node's peer daemon.
@@ -81,6 +87,8 @@ func DefaultConfig() Config {
 		MemoryBytes:     32 << 20,
 		ReadaheadChunks: 4,
 		EntryTimeout:    24 * time.Hour,
+
+		MaxBootstrapBytes: rafs.DefaultMaxBootstrapSize,
 	}
 }
 
@@ -131,6 +139,9 @@ func (c Config) Validate() error {
 	}
 	if c.Prefetch.BandwidthLimit < 0 {
 		add("prefetch.bandwidth_limit", "negative")
+	}
+	if c.MaxBootstrapBytes < 1<<20 || c.MaxBootstrapBytes > rafs.MaxBootstrapSize {
+		add("max_bootstrap_bytes", "%d outside 1 MiB..4 GiB", c.MaxBootstrapBytes)
 	}
 	return errors.Join(errs...)
 }

@@ -294,7 +294,7 @@ func (d *Daemon) open(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		img, err := image.Open(ctx, o.Image, image.Options{Transport: o.Transport})
+		img, err := image.Open(ctx, o.Image, image.Options{Transport: o.Transport, MaxBootstrapSize: o.Config.MaxBootstrapBytes})
 		if err != nil {
 			return err
 		}

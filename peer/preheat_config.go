@@ -6,6 +6,8 @@ import (
 	"time"
 
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
+
+	"damselfly/rafs"
 )
 
 // PreheatConfig configures a Preheater. DefaultPreheat gives every
@@ -33,6 +35,10 @@ type PreheatConfig struct {
 	ProgressInterval time.Duration
 	// OpenTimeout bounds reading the image's manifest and bootstrap.
 	OpenTimeout time.Duration
+	// MaxBootstrapSize is the largest bootstrap an image's bootstrap
+	// layer may inflate to, in bytes; a layer whose superblock declares
+	// more is refused before it is inflated.
+	MaxBootstrapSize int64
 }
 
 // DefaultPreheat returns the default PreheatConfig, with no schedulers.
@@ -43,6 +49,7 @@ func DefaultPreheat() PreheatConfig {
 		MaxJobs:          4,
 		ProgressInterval: 500 * time.Millisecond,
 		OpenTimeout:      time.Minute,
+		MaxBootstrapSize: rafs.DefaultMaxBootstrapSize,
 	}
 }
 
@@ -67,7 +74,19 @@ func (c PreheatConfig) Validate() error {
 	if c.OpenTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("open_timeout: %v must be positive", c.OpenTimeout))
 	}
+	if err := ValidMaxBootstrapSize(c.MaxBootstrapSize); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// ValidMaxBootstrapSize checks a max_bootstrap_bytes setting: 1 MiB to
+// rafs.MaxBootstrapSize.
+func ValidMaxBootstrapSize(n int64) error {
+	if n < 1<<20 || n > rafs.MaxBootstrapSize {
+		return fmt.Errorf("max_bootstrap_bytes: %d is not in [1 MiB, 4 GiB]", n)
+	}
+	return nil
 }
 
 // schedulerIDs returns the peer IDs of c.Schedulers.

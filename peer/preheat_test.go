@@ -95,11 +95,12 @@ func TestPreheatConfigValidate(t *testing.T) {
 	c.MaxJobs = 0
 	c.ProgressInterval = 0
 	c.OpenTimeout = -1
+	c.MaxBootstrapSize = 0
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("bad config validated")
 	}
-	for _, want := range []string{"schedulers[0]", "batch_chunks", "parallel", "max_jobs", "progress_interval", "open_timeout"} {
+	for _, want := range []string{"schedulers[0]", "batch_chunks", "parallel", "max_jobs", "progress_interval", "open_timeout", "max_bootstrap_bytes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

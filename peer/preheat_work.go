@@ -128,7 +128,7 @@ func (p *Preheater) openPreheat(ctx context.Context, ref string, tr http.RoundTr
 	reg = r.Name.Context().Registry
 	octx, cancel := context.WithTimeout(ctx, p.cfg.OpenTimeout)
 	defer cancel()
-	img, err := rimage.Open(octx, ref, rimage.Options{Transport: opts})
+	img, err := rimage.Open(octx, ref, rimage.Options{Transport: opts, MaxBootstrapSize: p.cfg.MaxBootstrapSize})
 	if err != nil {
 		return nil, upstream.Ref{}, err
 	}

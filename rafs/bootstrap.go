@@ -78,67 +78,22 @@ func Decode(data []byte, opts OpenOptions) (*Bootstrap, error) {
 		return nil, corruptf("%d bytes exceeds the size limit", len(data))
 	}
 	sb := data[:superblockSize]
-	if string(sb[0:8]) != Magic {
-		return nil, corruptf("bad magic %q", sb[0:8])
+	b, size, err := parseHeader(sb)
+	if err != nil {
+		return nil, err
 	}
-	if v := le.Uint32(sb[8:]); v != Version {
-		return nil, corruptf("unsupported version %d (this build reads %d)", v, Version)
-	}
-	if f := le.Uint32(sb[12:]); f != 0 {
-		return nil, corruptf("unknown flags %#x", f)
-	}
-	b := &Bootstrap{data: data}
-	b.chunkSize = le.Uint32(sb[16:])
-	if !ValidChunkSize(b.chunkSize) {
-		return nil, corruptf("invalid chunk size %d", b.chunkSize)
-	}
-	b.compressor = Compressor(sb[20])
-	if b.compressor != CompressNone && b.compressor != CompressZstd {
-		return nil, corruptf("unknown compressor %d", sb[20])
-	}
-	b.digest = DigestAlgo(sb[21])
-	if b.digest != DigestSHA256 && b.digest != DigestBlake3 {
-		return nil, corruptf("unknown digest algorithm %d", sb[21])
-	}
-	if le.Uint16(sb[22:]) != 0 {
-		return nil, corruptf("reserved superblock bytes are not zero")
-	}
-	b.inodes = le.Uint32(sb[24:])
-	if root := le.Uint32(sb[28:]); root != uint32(RootIno) {
-		return nil, corruptf("root inode %d, want %d", root, RootIno)
-	}
-	if n := le.Uint64(sb[32:]); n != uint64(len(data)) {
-		return nil, corruptf("superblock says %d bytes, file has %d (truncated or padded)", n, len(data))
-	}
-	if !bytes.Equal(sb[200:256], make([]byte, 56)) {
-		return nil, corruptf("reserved superblock bytes are not zero")
+	if size != uint64(len(data)) {
+		return nil, corruptf("superblock says %d bytes, file has %d (truncated or padded)", size, len(data))
 	}
 	if !opts.SkipChecksum {
 		if got := checksum(data); !bytes.Equal(got[:], sb[40:72]) {
 			return nil, corruptf("checksum mismatch: stored %x, computed %x", sb[40:72], got[:])
 		}
 	}
-	end := uint64(superblockSize)
-	for i := range numSections {
-		s := section{le.Uint64(sb[72+16*i:]), le.Uint64(sb[80+16*i:])}
-		if s.off < end || s.off > uint64(len(data)) || s.size > uint64(len(data))-s.off {
-			return nil, corruptf("section %s [%d,+%d) overlaps or leaves the file of %d bytes", sectionNames[i], s.off, s.size, len(data))
-		}
-		if s.size%uint64(sectionRecord[i]) != 0 {
-			return nil, corruptf("section %s: %d bytes is not a whole number of %d-byte records", sectionNames[i], s.size, sectionRecord[i])
-		}
-		b.sec[i] = s
-		end = s.off + s.size
+	if err := b.parseSections(sb, size); err != nil {
+		return nil, err
 	}
-	if got := b.count(secInodes); got != uint64(b.inodes) || b.inodes == 0 || b.inodes > MaxInodes {
-		return nil, corruptf("inode count %d does not match its section (%d records) or the limit", b.inodes, got)
-	}
-	if b.count(secChunks) > MaxChunks {
-		return nil, corruptf("%d chunks exceeds the limit %d", b.count(secChunks), MaxChunks)
-	}
-	if b.count(secBlobs) > MaxBlobs {
-		return nil, corruptf("%d blobs exceeds the limit %d", b.count(secBlobs), MaxBlobs)
-	}
+	b.data = data
 	root, err := b.Inode(RootIno)
 	if err != nil {
 		return nil, err
@@ -147,6 +102,73 @@ func Decode(data []byte, opts OpenOptions) (*Bootstrap, error) {
 		return nil, corruptf("root inode is not a directory")
 	}
 	return b, nil
+}
+
+// parseHeader checks the fields of superblock sb that stand on their own
+// and returns them with the file length the superblock declares. It
+// needs nothing but the superblock, so a stream reader can refuse a bad
+// or oversized bootstrap before reading further.
+func parseHeader(sb []byte) (*Bootstrap, uint64, error) {
+	if string(sb[0:8]) != Magic {
+		return nil, 0, corruptf("bad magic %q", sb[0:8])
+	}
+	if v := le.Uint32(sb[8:]); v != Version {
+		return nil, 0, corruptf("unsupported version %d (this build reads %d)", v, Version)
+	}
+	if f := le.Uint32(sb[12:]); f != 0 {
+		return nil, 0, corruptf("unknown flags %#x", f)
+	}
+	b := &Bootstrap{}
+	b.chunkSize = le.Uint32(sb[16:])
+	if !ValidChunkSize(b.chunkSize) {
+		return nil, 0, corruptf("invalid chunk size %d", b.chunkSize)
+	}
+	b.compressor = Compressor(sb[20])
+	if b.compressor != CompressNone && b.compressor != CompressZstd {
+		return nil, 0, corruptf("unknown compressor %d", sb[20])
+	}
+	b.digest = DigestAlgo(sb[21])
+	if b.digest != DigestSHA256 && b.digest != DigestBlake3 {
+		return nil, 0, corruptf("unknown digest algorithm %d", sb[21])
+	}
+	if le.Uint16(sb[22:]) != 0 {
+		return nil, 0, corruptf("reserved superblock bytes are not zero")
+	}
+	b.inodes = le.Uint32(sb[24:])
+	if root := le.Uint32(sb[28:]); root != uint32(RootIno) {
+		return nil, 0, corruptf("root inode %d, want %d", root, RootIno)
+	}
+	if !bytes.Equal(sb[200:256], make([]byte, 56)) {
+		return nil, 0, corruptf("reserved superblock bytes are not zero")
+	}
+	return b, le.Uint64(sb[32:]), nil
+}
+
+// parseSections checks the section table of superblock sb against a file
+// of size bytes, and the record counts against the limits.
+func (b *Bootstrap) parseSections(sb []byte, size uint64) error {
+	end := uint64(superblockSize)
+	for i := range numSections {
+		s := section{le.Uint64(sb[72+16*i:]), le.Uint64(sb[80+16*i:])}
+		if s.off < end || s.off > size || s.size > size-s.off {
+			return corruptf("section %s [%d,+%d) overlaps or leaves the file of %d bytes", sectionNames[i], s.off, s.size, size)
+		}
+		if s.size%uint64(sectionRecord[i]) != 0 {
+			return corruptf("section %s: %d bytes is not a whole number of %d-byte records", sectionNames[i], s.size, sectionRecord[i])
+		}
+		b.sec[i] = s
+		end = s.off + s.size
+	}
+	if got := b.count(secInodes); got != uint64(b.inodes) || b.inodes == 0 || b.inodes > MaxInodes {
+		return corruptf("inode count %d does not match its section (%d records) or the limit", b.inodes, got)
+	}
+	if b.count(secChunks) > MaxChunks {
+		return corruptf("%d chunks exceeds the limit %d", b.count(secChunks), MaxChunks)
+	}
+	if b.count(secBlobs) > MaxBlobs {
+		return corruptf("%d blobs exceeds the limit %d", b.count(secBlobs), MaxBlobs)
+	}
+	return nil
 }
 
 // checksum hashes data with the checksum field taken as zero.

@@ -8,6 +8,10 @@
 //     decodes it lazily from one mapped buffer, checking every offset, size
 //     and count before use, so opening costs the same for 10 or 10 million
 //     files and a hostile bootstrap yields ErrCorrupt instead of a panic.
+//     readbootstrap.go reads a bootstrap from a (zstd) stream: superblock
+//     first, then no more than it declares, within a limit
+//     (DefaultMaxBootstrapSize) and an inflation ratio, so a small layer
+//     that inflates to gigabytes is refused after its first bytes.
 //   - tree.go merges OCI layer tar streams (whiteouts and opaque directories
 //     resolved) into one in-memory tree; chunker.go cuts file contents into
 //     chunks, hashes and compresses them on all cores and appends new ones to

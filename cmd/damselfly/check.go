@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"damselfly/configs"
+	"damselfly/rafs"
 )
 
 func newCheck(g *globals) *cobra.Command {
@@ -22,6 +23,7 @@ func newCheck(g *globals) *cobra.Command {
 	f.Bool("insecure", false, "plain HTTP to registries (automatic for loopback)")
 	f.String("platform", "", "os/arch[/variant] to pick from a multi-platform image")
 	f.String("blob-dir", "", "blob directory of a local bootstrap (default: its directory)")
+	f.Int(maxBootstrapFlag, rafs.DefaultMaxBootstrapSize, maxBootstrapUsage)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		l, err := configs.New(g.configFile, "check")
 		if err != nil {

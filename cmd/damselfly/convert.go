@@ -32,6 +32,7 @@ and one bootstrap layer with the merged metadata of the whole image.`,
 	f.Int("workers", 0, "goroutines hashing and compressing chunks (0: one per core)")
 	f.Int("batch-size", 0, "pack files smaller than a quarter of this into shared chunks of up to this size (0: default 512 KiB, -1: off)")
 	f.String("chunk-dict", "", "RAFS image (or local bootstrap) whose chunks are reused instead of stored again")
+	f.Int(maxBootstrapFlag, rafs.DefaultMaxBootstrapSize, maxBootstrapUsage)
 	f.String("prefetch-patterns", "", "file of paths or globs (one per line) for the prefetch table")
 	f.String("platform", "", "os/arch[/variant] to pick from a multi-platform source")
 	f.Bool("insecure", false, "plain HTTP to registries (automatic for loopback)")
@@ -78,11 +79,12 @@ and one bootstrap layer with the merged metadata of the whole image.`,
 				ChunkSize: uint32(l.Int("chunk-size")), Uncompressed: comp == rafs.CompressNone, Level: l.Int("level"), Digest: digest,
 				Workers: l.Int("workers"), BatchSize: l.Int("batch-size"), Prefetch: prefetch, Progress: prog.Add,
 			},
-			ChunkDict: l.String("chunk-dict"),
-			Index:     l.Bool("index"),
-			Transport: topts,
-			WorkDir:   l.String("work-dir"),
-			Logger:    log,
+			ChunkDict:        l.String("chunk-dict"),
+			MaxBootstrapSize: int64(l.Int(maxBootstrapFlag)),
+			Index:            l.Bool("index"),
+			Transport:        topts,
+			WorkDir:          l.String("work-dir"),
+			Logger:           log,
 		})
 		prog.Finish()
 		if err != nil {

@@ -26,6 +26,7 @@ func newInspect(g *globals) *cobra.Command {
 	f.Bool("insecure", false, "plain HTTP to registries (automatic for loopback)")
 	f.String("platform", "", "os/arch[/variant] to pick from a multi-platform image")
 	f.String("blob-dir", "", "blob directory of a local bootstrap (default: its directory)")
+	f.Int(maxBootstrapFlag, rafs.DefaultMaxBootstrapSize, maxBootstrapUsage)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		l, err := configs.New(g.configFile, "inspect")
 		if err != nil {
@@ -105,11 +106,18 @@ func printTree(fsys *rafs.FS) error {
 	})
 }
 
+// The flag that bounds the bootstrap an image's bootstrap layer may
+// inflate to (the mount and peer configurations' max_bootstrap_bytes).
+const (
+	maxBootstrapFlag  = "max-bootstrap-bytes"
+	maxBootstrapUsage = "largest bootstrap an image's bootstrap layer may inflate to; a layer declaring more is refused"
+)
+
 // openImage opens a RAFS image (any transport) or a local bootstrap.
 func openImage(cmd *cobra.Command, l *configs.Loader, ref string) (*image.Image, error) {
 	topts, err := transportOptions(l)
 	if err != nil {
 		return nil, err
 	}
-	return image.Open(cmd.Context(), ref, image.Options{Transport: topts, BlobDir: l.String("blob-dir")})
+	return image.Open(cmd.Context(), ref, image.Options{Transport: topts, BlobDir: l.String("blob-dir"), MaxBootstrapSize: int64(l.Int(maxBootstrapFlag))})
 }

@@ -20,6 +20,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(rssWrapperEnv) != "" {
+		os.Exit(rssWrapper()) // the test binary run as runRSS's wrapper
+	}
 	os.Exit(testMain(m))
 }
 

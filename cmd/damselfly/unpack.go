@@ -26,6 +26,7 @@ DEST, whatever the image holds; on failure DEST is removed again.`,
 	f.Bool("insecure", false, "plain HTTP to registries (automatic for loopback)")
 	f.String("platform", "", "os/arch[/variant] to pick from a multi-platform image")
 	f.String("blob-dir", "", "blob directory of a local bootstrap (default: its directory)")
+	f.Int(maxBootstrapFlag, rafs.DefaultMaxBootstrapSize, maxBootstrapUsage)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		l, err := configs.New(g.configFile, "unpack")
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	dhost "damselfly/peer/host"
 	"damselfly/proxy"
 	"damselfly/proxy/upstream"
+	"damselfly/rafs"
 	"damselfly/scheduler/client"
 )
 
@@ -44,6 +45,9 @@ type Config struct {
 	// Labels locate this peer for the scheduler (host, rack, zone, ...);
 	// scheduler.labels entries win over them.
 	Labels map[string]string `mapstructure:"labels"`
+	// MaxBootstrapBytes is the largest bootstrap a preheated image's
+	// bootstrap layer may inflate to (peer.PreheatConfig.MaxBootstrapSize).
+	MaxBootstrapBytes int64 `mapstructure:"max_bootstrap_bytes"`
 }
 
 // HostConfig is the libp2p host's part of Config (see peer/host.Config).
@@ -131,6 +135,8 @@ func Default() Config {
 		// requester's report and the ban are the right outcome. It cost
 		// a third of the cluster's hashing.
 		Exchange: ExchangeConfig{NoVerify: true},
+
+		MaxBootstrapBytes: rafs.DefaultMaxBootstrapSize,
 	}
 }
 
@@ -227,6 +233,9 @@ func (c Config) Validate() error {
 	add("upstream", c.Upstream.Validate())
 	if s, ok := c.scheduler(); ok {
 		add("scheduler", s.Validate())
+	}
+	if err := peer.ValidMaxBootstrapSize(c.MaxBootstrapBytes); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

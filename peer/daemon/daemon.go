@@ -183,6 +183,7 @@ func (c Config) preheat() peer.PreheatConfig {
 	p.Schedulers = c.Scheduler.Schedulers
 	p.PlainHTTP = c.Upstream.PlainHTTP
 	p.DockerConfigFile = c.Upstream.DockerConfigFile
+	p.MaxBootstrapSize = c.MaxBootstrapBytes
 	return p
 }
 

@@ -381,11 +381,12 @@ func TestConfigValidate(t *testing.T) {
 	bad.Node.FetchDeadline = 0
 	bad.Proxy.Listen = "0.0.0.0:7950"
 	bad.Scheduler.Schedulers = []string{"not a multiaddr"}
+	bad.MaxBootstrapBytes = 5 << 30
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("bad config validated")
 	}
-	for _, want := range []string{"dir", "node", "fetch_deadline", "proxy", `"0.0.0.0:7950" is not a loopback address`, "scheduler"} {
+	for _, want := range []string{"dir", "node", "fetch_deadline", "proxy", `"0.0.0.0:7950" is not a loopback address`, "scheduler", "max_bootstrap_bytes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
@@ -399,6 +400,16 @@ func TestConfigValidate(t *testing.T) {
 	remote.Proxy.AllowRemote = true
 	if err := remote.Validate(); err != nil {
 		t.Errorf("a non-loopback proxy with allow_remote: %v", err)
+	}
+}
+
+// The preheater gets the configured bootstrap limit.
+func TestConfigPreheatLimit(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	c.MaxBootstrapBytes = 64 << 20
+	if got := c.preheat().MaxBootstrapSize; got != 64<<20 {
+		t.Errorf("preheat limit: got %d, want %d", got, 64<<20)
 	}
 }
 

@@ -33,6 +33,9 @@ type Options struct {
 	// local bootstrap is opened too, but its blobs cannot be copied, so
 	// the conversion fails once a chunk would come from it.
 	ChunkDict string
+	// MaxBootstrapSize bounds the chunk dictionary's bootstrap as
+	// image.Options.MaxBootstrapSize does; 0 means the default.
+	MaxBootstrapSize int64
 	// Index also writes an image index holding the source manifest and the
 	// RAFS manifest, tagged as the destination.
 	Index     bool
@@ -102,7 +105,7 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Result, error
 
 	var dict *image.Image
 	if opts.ChunkDict != "" {
-		if dict, err = image.Open(ctx, opts.ChunkDict, image.Options{Transport: opts.Transport}); err != nil {
+		if dict, err = image.Open(ctx, opts.ChunkDict, image.Options{Transport: opts.Transport, MaxBootstrapSize: opts.MaxBootstrapSize}); err != nil {
 			return nil, fmt.Errorf("chunk dictionary: %w", err)
 		}
 		defer dict.Close()

@@ -1,13 +1,14 @@
 // Package image opens RAFS images for reading: it resolves a reference to
 // a RAFS manifest, fetches the bootstrap, checks it against the manifest's
 // digest, and reads chunk bytes from the image's blobs by range. Every
-// reader of converted images (inspect, check, unpack, mount) goes through
-// it, so the chain of trust from manifest digest to chunk digest is built
-// in one place.
+// reader of converted images (inspect, check, unpack, mount, preheat,
+// convert --chunk-dict) goes through it, so the chain of trust from
+// manifest digest to chunk digest is built in one place, and so is the
+// bound on what a bootstrap layer may inflate to (Options.MaxBootstrapSize;
+// rafs/FORMAT.md, "Reading a bootstrap layer").
 package image
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -19,7 +20,6 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/klauspost/compress/zstd"
 
 	"damselfly/rafs"
 	"damselfly/rafs/transport"
@@ -48,6 +48,11 @@ type Options struct {
 	// BlobDir holds the blobs of a local bootstrap (files named by digest
 	// hex). Default: the bootstrap's directory.
 	BlobDir string
+	// MaxBootstrapSize is the largest bootstrap a bootstrap layer may
+	// inflate to, in bytes; 0 means rafs.DefaultMaxBootstrapSize. A local
+	// bootstrap file is mapped, not inflated, and is bounded by
+	// rafs.MaxBootstrapSize alone.
+	MaxBootstrapSize int64
 }
 
 // Open opens ref: a transport reference (oci:, docker://, docker-archive:)
@@ -70,7 +75,7 @@ func Open(ctx context.Context, ref string, opts Options) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return FromImage(ctx, ref, img, br)
+	return FromImage(ctx, ref, img, br, opts.MaxBootstrapSize)
 }
 
 func isFile(p string) bool {
@@ -94,8 +99,9 @@ func openLocal(path string, opts Options) (*Image, error) {
 }
 
 // FromImage opens a RAFS image given as a go-containerregistry image and
-// a reader for its blobs.
-func FromImage(ctx context.Context, ref string, img v1.Image, br *transport.BlobReader) (*Image, error) {
+// a reader for its blobs, inflating its bootstrap to at most
+// maxBootstrap bytes (0: rafs.DefaultMaxBootstrapSize).
+func FromImage(ctx context.Context, ref string, img v1.Image, br *transport.BlobReader, maxBootstrap int64) (*Image, error) {
 	m, err := img.Manifest()
 	if err != nil {
 		return nil, fmt.Errorf("%s: manifest: %w", ref, err)
@@ -112,7 +118,7 @@ func FromImage(ctx context.Context, ref string, img v1.Image, br *transport.Blob
 	if err != nil {
 		return nil, err
 	}
-	data, err := ReadBootstrap(rc, bl)
+	data, err := ReadBootstrapLimit(rc, bl, maxBootstrap)
 	rc.Close()
 	if err != nil {
 		return nil, fmt.Errorf("%s: bootstrap %s: %w", ref, bl.Digest, err)
@@ -141,57 +147,68 @@ func BootstrapLayer(m *v1.Manifest) (v1.Descriptor, error) {
 	return bl, nil
 }
 
-// ReadBootstrap reads a bootstrap layer whose stream rc must yield the
-// layer's bytes, checks them against the descriptor's digest and size,
-// and returns the decompressed bootstrap, refusing more than the size the
-// layer's annotation records (or MaxBootstrapSize).
+// ReadBootstrap reads a bootstrap layer with the default size limit; see
+// ReadBootstrapLimit.
 func ReadBootstrap(rc io.Reader, desc v1.Descriptor) ([]byte, error) {
-	if desc.Size <= 0 || desc.Size > rafs.MaxBootstrapSize {
-		return nil, fmt.Errorf("layer size %d out of range", desc.Size)
+	return ReadBootstrapLimit(rc, desc, 0)
+}
+
+// ReadBootstrapLimit reads a bootstrap layer whose stream rc must yield
+// the layer's bytes and returns the decompressed bootstrap, at most max
+// bytes (0: rafs.DefaultMaxBootstrapSize). It inflates as
+// rafs.ReadBootstrapLayer does: the superblock first, then no more than
+// the size it declares, within the limit, so a small layer that inflates
+// to gigabytes is refused after its first bytes. The manifest's sizes are
+// checked, never used to size a buffer: the layer must be desc.Size bytes
+// with digest desc.Digest, and the bootstrap must have the size and
+// digest its annotations record, when they do.
+func ReadBootstrapLimit(rc io.Reader, desc v1.Descriptor, max int64) ([]byte, error) {
+	opts := rafs.ReadOptions{MaxSize: max}
+	if desc.Size <= 0 || desc.Size > opts.MaxLayerSize() {
+		return nil, fmt.Errorf("layer size %d out of range: a bootstrap of at most %d bytes compresses to at most %d", desc.Size, opts.Limit(), opts.MaxLayerSize())
+	}
+	if a, ok := desc.Annotations[rafs.AnnotationBootstrapSize]; ok {
+		s, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || s <= 0 {
+			return nil, fmt.Errorf("annotation %s: %q is not a size", rafs.AnnotationBootstrapSize, a)
+		}
+		opts.ExpectSize = s
 	}
 	h := sha256.New()
-	comp, err := io.ReadAll(io.TeeReader(io.LimitReader(rc, desc.Size+1), h))
+	layer := &countingReader{r: io.TeeReader(io.LimitReader(rc, desc.Size+1), h)}
+	data, err := rafs.ReadBootstrapLayer(layer, opts)
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(comp)) != desc.Size {
-		return nil, fmt.Errorf("got %d bytes, manifest says %d", len(comp), desc.Size)
+	// The decoder stops at the end of the zstd stream; whatever follows
+	// is part of the layer and of its digest. LimitReader bounds it.
+	if _, err := io.Copy(io.Discard, layer); err != nil {
+		return nil, fmt.Errorf("read layer: %w", err)
+	}
+	if layer.n != desc.Size {
+		return nil, fmt.Errorf("got %d bytes, manifest says %d", layer.n, desc.Size)
 	}
 	if got := fmt.Sprintf("sha256:%x", h.Sum(nil)); got != desc.Digest.String() {
 		return nil, fmt.Errorf("digest %s, manifest says %s", got, desc.Digest)
 	}
-	limit := int64(rafs.MaxBootstrapSize)
-	if s, err := strconv.ParseInt(desc.Annotations[rafs.AnnotationBootstrapSize], 10, 64); err == nil && s > 0 && s < limit {
-		limit = s
-	}
-	// For a stream the option bounds the window, not the output (the
-	// LimitReader below does that). The encoder gives a bootstrap of up to
-	// 1 KiB a window of 1 or 2 KiB, so a bound of limit+1 alone would
-	// refuse small bootstraps; a floor of 64 KiB costs nothing.
-	dec, err := zstd.NewReader(bytes.NewReader(comp), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(max(uint64(limit)+1, 64<<10)))
-	if err != nil {
-		return nil, err
-	}
-	defer dec.Close()
-	var out bytes.Buffer
-	if limit < int64(rafs.MaxBootstrapSize) {
-		// The annotation gives the size: allocate it once rather than
-		// let the buffer double its way up to twice the bootstrap.
-		out.Grow(int(limit) + 1)
-	}
-	n, err := io.Copy(&out, io.LimitReader(dec, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("decompress: %w", err)
-	}
-	if n > limit {
-		return nil, fmt.Errorf("decompresses beyond %d bytes", limit)
-	}
 	if want := desc.Annotations[rafs.AnnotationBootstrapDigest]; want != "" {
-		if got := fmt.Sprintf("sha256:%x", sha256.Sum256(out.Bytes())); got != want {
+		if got := fmt.Sprintf("sha256:%x", sha256.Sum256(data)); got != want {
 			return nil, fmt.Errorf("uncompressed digest %s, annotation says %s", got, want)
 		}
 	}
-	return out.Bytes(), nil
+	return data, nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // checkBlobsMatch requires layer i of the manifest to be blob i of the
