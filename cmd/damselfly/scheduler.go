@@ -77,18 +77,8 @@ cluster key at the default path is created; copy it to every peer.`,
 func prepareSchedulerDir(dir string, cfg server.Config, log *slog.Logger) error {
 	inDir := func(p string) bool { return p != "" && filepath.Dir(p) == filepath.Clean(dir) }
 	if inDir(cfg.Host.IdentityFile) || inDir(cfg.Host.ClusterKeyFile) {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return fmt.Errorf("state directory: %w", err)
-		}
-		fi, err := os.Stat(dir)
-		if err != nil {
-			return fmt.Errorf("state directory: %w", err)
-		}
-		if fi.Mode().Perm() != 0o700 {
-			if err := os.Chmod(dir, 0o700); err != nil {
-				return fmt.Errorf("state directory: %w", err)
-			}
-			log.Warn("state directory was mode "+fi.Mode().Perm().String()+"; made it 0700", "dir", dir)
+		if err := host.PrepareStateDir(dir, log); err != nil {
+			return err
 		}
 	}
 	key := cfg.Host.ClusterKeyFile

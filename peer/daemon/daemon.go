@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -56,7 +55,7 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := prepareStateDir(cfg.Dir, log); err != nil {
+	if err := dhost.PrepareStateDir(cfg.Dir, log); err != nil {
 		return nil, err
 	}
 	d := &Daemon{log: log, reg: prometheus.NewRegistry()}
@@ -217,24 +216,4 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Parts return nil when gctx ends; one that fails ends the others.
 	runErr := g.Wait()
 	return errors.Join(runErr, d.close())
-}
-
-// prepareStateDir creates the state directory 0700, or makes an existing
-// one 0700 if others may read it, saying so: it holds the peer's identity
-// key, the grant key and what the node holds.
-func prepareStateDir(dir string, log *slog.Logger) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("state directory: %w", err)
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("state directory: %w", err)
-	}
-	if fi.Mode().Perm() != 0o700 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return fmt.Errorf("state directory: %w", err)
-		}
-		log.Warn("state directory was mode "+fi.Mode().Perm().String()+"; made it 0700", "dir", dir)
-	}
-	return nil
 }
