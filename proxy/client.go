@@ -198,21 +198,29 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 			return stored, plain, readErr(i, err)
 		}
 		var p []byte
-		p, stored = payloadBuf(f, stored)
 		c := chunks[i]
 		// The form is the proxy's to say; the digest algorithm is ours.
 		c.Flags = c.Flags&^rafs.ChunkCompressed | f.flags&rafs.ChunkCompressed
 		c.CompressedSize = f.length
 		if !f.failed && !c.Compressed() && c.CompressedSize == c.Size {
 			// Raw: its own plain form, hashed as it arrives, while still
-			// in the CPU's caches.
-			if err := rafs.ReadRawChunk(br, c, p); errors.Is(err, rafs.ErrDigestMismatch) {
+			// in the CPU's caches; into memory that grows with what
+			// arrives when the scratch buffer is too small.
+			var err error
+			if cap(stored) >= int(f.length) {
+				p = stored[:f.length]
+				err = rafs.ReadRawChunk(br, c, p)
+			} else if p, err = rafs.ReadRawChunkGrowing(br, c, firstPayload); err == nil {
+				stored = p
+			}
+			if errors.Is(err, rafs.ErrDigestMismatch) {
 				return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
 			} else if err != nil {
 				return stored, plain, readErr(i, unexpected(err))
 			}
 		} else {
-			if _, err := io.ReadFull(br, p); err != nil {
+			var err error
+			if p, stored, err = readPayload(br, int(f.length), stored); err != nil {
 				return stored, plain, readErr(i, unexpected(err))
 			}
 			if f.failed {

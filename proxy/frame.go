@@ -71,9 +71,10 @@ func appendFailedFrame(b []byte, transient bool, msg string) []byte {
 	return append(b, msg...)
 }
 
-// readFrame reads one frame from r. The payload is read into buf, grown
-// (up to rafs.MaxChunkSize) if too small; the returned payload aliases
-// it. Every field is checked before the payload is allocated or read. A
+// readFrame reads one frame from r. The payload is read into buf, or,
+// if that is too small, into memory that grows as the bytes arrive (up to
+// rafs.MaxChunkSize); the returned payload aliases the buffer returned.
+// Every field is checked before the payload is allocated or read. A
 // stream that ends inside a frame gives io.ErrUnexpectedEOF; one that
 // ends before it io.EOF; anything malformed errProtocol.
 func readFrame(r io.Reader, buf []byte) (frame, []byte, []byte, error) {
@@ -81,20 +82,44 @@ func readFrame(r io.Reader, buf []byte) (frame, []byte, []byte, error) {
 	if err != nil {
 		return frame{}, nil, buf, err
 	}
-	p, buf := payloadBuf(f, buf)
-	if _, err := io.ReadFull(r, p); err != nil {
+	p, buf, err := readPayload(r, int(f.length), buf)
+	if err != nil {
 		return frame{}, nil, buf, unexpected(err)
 	}
 	return f, p, buf, nil
 }
 
-// payloadBuf returns buf[:f.length], growing buf first if it is too
-// small, and buf.
-func payloadBuf(f frame, buf []byte) ([]byte, []byte) {
-	if cap(buf) < int(f.length) {
-		buf = make([]byte, f.length)
+// firstPayload is the memory a frame's payload gets before its bytes
+// arrive when the scratch buffer is smaller: the length a frame declares
+// is the sender's word, and a reader allocates for what it receives.
+const firstPayload = 64 << 10
+
+// readPayload reads n bytes from r into buf when it is large enough, else
+// into memory that starts at firstPayload bytes and grows fourfold as
+// they arrive (the last step exactly n): a sender that declares 16 MiB
+// and stops costs what it sent, not what it declared. It returns the
+// payload and the buffer to keep as scratch.
+func readPayload(r io.Reader, n int, buf []byte) ([]byte, []byte, error) {
+	if cap(buf) >= n {
+		p := buf[:n]
+		_, err := io.ReadFull(r, p)
+		return p, buf, err
 	}
-	return buf[:f.length], buf
+	p := make([]byte, min(n, max(firstPayload, cap(buf))))
+	filled := 0
+	for {
+		k, err := io.ReadFull(r, p[filled:])
+		filled += k
+		if err != nil {
+			return nil, buf, err
+		}
+		if filled == n {
+			return p, p, nil
+		}
+		next := make([]byte, min(n, 4*len(p)))
+		copy(next, p[:filled])
+		p = next
+	}
 }
 
 // readFrameHead reads and checks the header of one frame from r, as
