@@ -39,3 +39,9 @@ func (n *Node) dropHoldings(gone map[rafs.Digest][]uint32) {
 		n.router.Drop(blob, ords)
 	}
 }
+
+// PartOf reports whether the node knows chunk k to be part of blob (it
+// fetched the chunk as part of the blob, or read a verified bootstrap
+// that says so): the exchange server serves a chunk to peers only as part
+// of a blob it is known to be in (exchange.Server.SetPartOfHook).
+func (n *Node) PartOf(blob rafs.Digest, k cache.Key) bool { return n.hold.holdsKey(blob, k) }

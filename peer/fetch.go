@@ -283,10 +283,12 @@ func (n *Node) failNow(g *group, cs []rafs.Chunk, err error) {
 }
 
 // fromCache finishes the pending chunks that are in the node cache now
-// (another process, or another read, may have put them). Those this node
-// did not know it held it announces, as a read served from the cache
-// does: other peers may fetch them here, and an origin turn this node
-// holds for one ends (nothing else would end it before OriginTimeout).
+// and known to be part of the blob (another read of the blob may have
+// fetched them; a chunk cached for another blob, or by another process,
+// is not known to be part of this one, and is fetched). It announces
+// them, as a read served from the cache does: other peers may fetch them
+// here, and an origin turn this node holds for one ends (nothing else
+// would end it before OriginTimeout).
 // As with a fetched chunk, the announcement goes before the readers are
 // let go, so a reader that got the chunk can count on peers finding it.
 func (n *Node) fromCache(g *group) {
@@ -298,7 +300,7 @@ func (n *Node) fromCache(g *group) {
 	var announce []uint32
 	var hits []hit
 	for _, c := range g.chunks(nil) {
-		if !n.cache.Has(cache.KeyOf(c)) {
+		if k := cache.KeyOf(c); !n.cache.Has(k) || !n.hold.holdsKey(g.blob, k) {
 			continue
 		}
 		if sc, stored, ok := n.readCache(c); ok {
@@ -306,9 +308,11 @@ func (n *Node) fromCache(g *group) {
 				n.m.delivered(sourceCache, len(stored))
 				hits = append(hits, hit{f, sc, stored})
 			}
-			if n.hold.add(g.blob, c.Ordinal, cache.KeyOf(c)) {
-				announce = append(announce, c.Ordinal)
-			}
+			// Announced even if held already: the read that kept it
+			// may not have announced it yet, and this one's readers
+			// must be able to count on peers finding it.
+			n.hold.add(g.blob, c.Ordinal, cache.KeyOf(c))
+			announce = append(announce, c.Ordinal)
 		}
 	}
 	if len(announce) > 0 {

@@ -47,7 +47,10 @@ func (n *Node) readChunks(ctx context.Context, up proxy.Upstream, blob rafs.Dige
 		}
 	}
 	for i, c := range chunks {
-		if !n.cache.Has(cache.KeyOf(c)) {
+		// A hit only for a chunk known to be part of blob (holdsKey):
+		// one that is in the cache for another blob is fetched as part
+		// of this one, which proves it is.
+		if k := cache.KeyOf(c); !n.cache.Has(k) || !n.hold.holdsKey(blob, k) {
 			missIdx = append(missIdx, i)
 			missChunks = append(missChunks, c)
 		}
@@ -72,6 +75,7 @@ func (n *Node) readChunks(ctx context.Context, up proxy.Upstream, blob rafs.Dige
 			if sc, stored, ok := n.readCache(c); ok {
 				n.m.delivered(sourceCache, len(stored))
 				if n.hold.add(blob, c.Ordinal, cache.KeyOf(c)) {
+					// Held under another ordinal of the blob.
 					announce = append(announce, c.Ordinal)
 				}
 				if err := deliver(i, sc, stored); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	"damselfly/rafs"
 	"damselfly/scheduler"
@@ -115,7 +116,11 @@ func TestChunkCachedMidFetchIsAnnounced(t *testing.T) {
 		}
 		return false
 	})
-	// As a mount daemon sharing the cache directory would.
+	// As another read of the blob on this node does when it has fetched
+	// the chunk (keep: cache it, record it as part of the blob), before
+	// its own announcement went out. (A chunk another process put in the
+	// cache is not known to be part of the blob, and is not taken:
+	// TestCachedChunkOfAnotherBlobNotServed.)
 	blob, err := os.ReadFile(filepath.Join(img.dir, hexOf(img.blob)))
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +128,7 @@ func TestChunkCachedMidFetchIsAnnounced(t *testing.T) {
 	if err := a.cache.PutChunk(c, blob[c.CompressedOffset:][:c.CompressedSize]); err != nil {
 		t.Fatal(err)
 	}
+	a.hold.add(img.blob, c.Ordinal, cache.KeyOf(c))
 	if err := <-done; err != nil {
 		t.Fatalf("read: %v", err)
 	}

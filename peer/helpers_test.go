@@ -408,6 +408,7 @@ func (n *node) start(t testing.TB, edit func(*NodeConfig)) {
 	var once sync.Once
 	n.Node = nd
 	n.srv.SetMissHook(nd.Missed) // as the daemon does
+	n.srv.SetPartOfHook(nd.PartOf)
 	n.stop = func() {
 		once.Do(func() {
 			cancel()

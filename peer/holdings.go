@@ -29,6 +29,10 @@ type holdings struct {
 
 	mu    sync.Mutex
 	blobs map[rafs.Digest]map[uint32]cache.Key
+	// keys counts, per blob, the ordinals held under each key: the node
+	// serves a chunk as part of a blob only if it is known to be in it
+	// (holdsKey).
+	keys  map[rafs.Digest]map[cache.Key]int32
 	dirty map[rafs.Digest]struct{}
 }
 
@@ -37,6 +41,7 @@ func newHoldings(dir string, log *slog.Logger) *holdings {
 		dir:   dir,
 		log:   log,
 		blobs: make(map[rafs.Digest]map[uint32]cache.Key),
+		keys:  make(map[rafs.Digest]map[cache.Key]int32),
 		dirty: make(map[rafs.Digest]struct{}),
 	}
 }
@@ -76,12 +81,8 @@ func (h *holdings) load() error {
 			continue
 		}
 		loaded++
-		m := make(map[uint32]cache.Key, len(hs))
 		for _, x := range hs {
-			m[x.Ordinal] = x.Key
-		}
-		if len(m) > 0 {
-			h.blobs[blob] = m
+			h.set(blob, x.Ordinal, x.Key)
 		}
 	}
 	return nil
@@ -115,29 +116,71 @@ func (h *holdings) add(blob rafs.Digest, ordinal uint32, d cache.Key) bool {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if old, ok := h.blobs[blob][ordinal]; ok && old == d {
+		return false
+	}
+	h.set(blob, ordinal, d)
+	h.dirty[blob] = struct{}{}
+	return true
+}
+
+// set records ordinal of blob as held under key k. h.mu is held.
+func (h *holdings) set(blob rafs.Digest, ordinal uint32, k cache.Key) {
 	m := h.blobs[blob]
 	if m == nil {
 		m = make(map[uint32]cache.Key)
 		h.blobs[blob] = m
+		h.keys[blob] = make(map[cache.Key]int32)
 	}
-	if old, ok := m[ordinal]; ok && old == d {
-		return false
+	if old, ok := m[ordinal]; ok {
+		h.unkey(blob, old)
 	}
-	m[ordinal] = d
-	h.dirty[blob] = struct{}{}
-	return true
+	m[ordinal] = k
+	h.keys[blob][k]++
+}
+
+// del forgets ordinal of blob, and the blob once it holds nothing. h.mu
+// is held.
+func (h *holdings) del(blob rafs.Digest, ordinal uint32) {
+	m := h.blobs[blob]
+	k, ok := m[ordinal]
+	if !ok {
+		return
+	}
+	delete(m, ordinal)
+	h.unkey(blob, k)
+	if len(m) == 0 {
+		delete(h.blobs, blob)
+		delete(h.keys, blob)
+	}
+}
+
+func (h *holdings) unkey(blob rafs.Digest, k cache.Key) {
+	ks := h.keys[blob]
+	if ks[k]--; ks[k] <= 0 {
+		delete(ks, k)
+	}
+}
+
+// holdsKey reports whether the node knows key k to be a chunk of blob:
+// it fetched it as part of the blob (from the origin's bytes of the blob,
+// or from a peer that knew it to be part of it), or read a verified
+// bootstrap that says so. A chunk that is merely in the node cache, put
+// there for another blob or by another process, is not served as part of
+// a blob it is not known to be in: a reader may name a blob it may read
+// and the digest of a chunk of one it may not.
+func (h *holdings) holdsKey(blob rafs.Digest, k cache.Key) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.keys[blob][k] > 0
 }
 
 // remove forgets chunks of blob.
 func (h *holdings) remove(blob rafs.Digest, ordinals []uint32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	m := h.blobs[blob]
 	for _, o := range ordinals {
-		delete(m, o)
-	}
-	if len(m) == 0 {
-		delete(h.blobs, blob)
+		h.del(blob, o)
 	}
 	h.dirty[blob] = struct{}{}
 }
@@ -177,14 +220,10 @@ func (h *holdings) check(has func(cache.Key) bool) map[rafs.Digest][]uint32 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for b, ords := range gone {
-		m := h.blobs[b]
 		for _, o := range ords {
-			if d, ok := m[o]; ok && !has(d) {
-				delete(m, o)
+			if d, ok := h.blobs[b][o]; ok && !has(d) {
+				h.del(b, o)
 			}
-		}
-		if len(m) == 0 {
-			delete(h.blobs, b)
 		}
 		h.dirty[b] = struct{}{}
 	}
@@ -202,17 +241,16 @@ func (h *holdings) dropKeys(gone map[cache.Key]struct{}, only *rafs.Digest, has 
 	drop := func(b rafs.Digest, m map[uint32]cache.Key) {
 		for o, d := range m {
 			if _, ok := gone[d]; ok && !has(d) {
-				delete(m, o)
 				out[b] = append(out[b], o)
 			}
 		}
 		if len(out[b]) == 0 {
 			return
 		}
-		slices.Sort(out[b])
-		if len(m) == 0 {
-			delete(h.blobs, b)
+		for _, o := range out[b] {
+			h.del(b, o)
 		}
+		slices.Sort(out[b])
 		h.dirty[b] = struct{}{}
 	}
 	if only != nil {

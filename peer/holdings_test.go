@@ -187,3 +187,50 @@ func TestHoldingsDropKeys(t *testing.T) {
 		t.Error("blob1 not marked for writing")
 	}
 }
+
+// The index of keys per blob follows every change of the holdings, and
+// survives a reload from disk.
+func TestHoldsKeyFollowsHoldings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	h := newHoldings(dir, nil)
+	b := rafs.Digest{9}
+	k1, k2, k3 := cache.SHA256(rafs.Digest{1}), cache.SHA256(rafs.Digest{2}), cache.SHA256(rafs.Digest{3})
+	check := func(what string, k cache.Key, want bool) {
+		t.Helper()
+		if got := h.holdsKey(b, k); got != want {
+			t.Errorf("%s: holdsKey = %v, want %v", what, got, want)
+		}
+	}
+	h.add(b, 1, k1)
+	h.add(b, 2, k1) // the same content twice in the blob
+	check("added twice", k1, true)
+	check("never added", k2, false)
+	if h.holdsKey(rafs.Digest{8}, k1) {
+		t.Error("holdsKey true for a blob never held")
+	}
+	h.remove(b, []uint32{1})
+	check("one of two ordinals removed", k1, true)
+	h.remove(b, []uint32{2})
+	check("both removed", k1, false)
+	h.add(b, 3, k2)
+	h.add(b, 3, k3) // the ordinal now holds other content
+	check("replaced", k2, false)
+	check("replacement", k3, true)
+	h.add(b, 4, k2)
+	h.dropKeys(map[cache.Key]struct{}{k2: {}}, nil, func(cache.Key) bool { return false })
+	check("dropped by key", k2, false)
+	h.check(func(k cache.Key) bool { return k != k3 })
+	check("dropped by check", k3, false)
+	h.add(b, 5, k1)
+	if err := h.flush(); err != nil {
+		t.Fatal(err)
+	}
+	h2 := newHoldings(dir, nil)
+	if err := h2.load(); err != nil {
+		t.Fatal(err)
+	}
+	if !h2.holdsKey(b, k1) || h2.holdsKey(b, k3) {
+		t.Errorf("after a reload: holdsKey(k1) %v, holdsKey(k3) %v; want true, false", h2.holdsKey(b, k1), h2.holdsKey(b, k3))
+	}
+}

@@ -114,7 +114,8 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	}
 	d.onClose(d.node.Close)
 	d.exch.SetMissHook(d.node.Missed)
-	d.onClose(func() error { d.exch.SetMissHook(nil); return nil })
+	d.exch.SetPartOfHook(d.node.PartOf)
+	d.onClose(func() error { d.exch.SetMissHook(nil); d.exch.SetPartOfHook(nil); return nil })
 	if d.heat, err = peer.NewPreheater(d.node, cfg.preheat(), log.With("part", "preheat")); err != nil {
 		return nil, fmt.Errorf("preheat: %w", err)
 	}

@@ -61,6 +61,9 @@ type Server struct {
 	// onMiss, if set, is told of each chunk asked for that the Store did
 	// not hold (SetMissHook).
 	onMiss atomic.Pointer[func(blob rafs.Digest, k cache.Key)]
+	// partOf, if set, says whether a chunk is known to be part of a blob
+	// (SetPartOfHook).
+	partOf atomic.Pointer[func(blob rafs.Digest, k cache.Key) bool]
 
 	mu      sync.Mutex
 	closed  bool
@@ -105,6 +108,20 @@ func (s *Server) SetMissHook(f func(blob rafs.Digest, k cache.Key)) {
 		return
 	}
 	s.onMiss.Store(&f)
+}
+
+// SetPartOfHook has f decide, before the Store is asked, whether a chunk
+// asked for as part of a blob is known to be part of it
+// (peer.Node.PartOf): a chunk it is not is answered "not found", so that
+// naming a blob the requester may read does not get it a chunk of another
+// one. f runs on the serving goroutine and must be quick; nil removes the
+// hook (every chunk the Store holds is served).
+func (s *Server) SetPartOfHook(f func(blob rafs.Digest, k cache.Key) bool) {
+	if f == nil {
+		s.partOf.Store(nil)
+		return
+	}
+	s.partOf.Store(&f)
 }
 
 // Close unregisters the server, resets the streams it is serving and waits
@@ -260,6 +277,15 @@ func (s *Server) lookup(blob rafs.Digest, c rafs.Chunk, bp, scratch *[]byte) []b
 	// when it is too small. The key is digest and algorithm: a chunk
 	// held under the other algorithm is not the one asked for.
 	k := cache.KeyOf(c)
+	if f := s.partOf.Load(); f != nil && !(*f)(blob, k) {
+		s.n.notFound.Add(1)
+		if (*f)(blob, otherAlgo(k)) {
+			// Part of the blob under the other algorithm: the
+			// request's description is wrong (see below).
+			return appendRecordHead(buf[:0], chunkOtherAlgo, false, 0)
+		}
+		return appendRecordHead(buf[:0], chunkNotFound, false, 0)
+	}
 	m, stored, err := s.store.Get(k, buf[recordHeaderSize:recordHeaderSize])
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
