@@ -43,7 +43,10 @@
 //     blob, persisted so that they are announced again after a restart and
 //     dropped when the cache evicts them; evicted.go sends those drops at
 //     once (the cache's evict hook, and the exchange server's miss hook
-//     for a held chunk found gone).
+//     for a held chunk found gone). The holdings are also what the node
+//     knows to be part of each blob: a chunk is taken from the cache for
+//     a read of a blob, or sent to a peer as part of one (PartOf, the
+//     exchange server's part-of hook), only if it is held for that blob.
 //   - plain.go: plain (non-RAFS) blobs for the mirror (proxy.BlobSource):
 //     pieces (package piece) read as raw chunks under the blob's plain
 //     key, the piece tables this node checked (served to peers over
