@@ -50,6 +50,9 @@ func TestPrivateImagesStayPrivate(t *testing.T) {
 	skopeoCopyAs(t, a, im, user+":"+pass)
 	m := a.mount(im, "")
 	m.equalSource(im)
+	// The scheduler knows A's pieces before node B is asked for them.
+	_, _, pieces := plainBlobs(t, im)
+	c.waitHeld(a, pieces)
 
 	layers := layerDigests(t, im)
 	rblob, rchunks := rafsChunks(t, im, a.gate.host)
