@@ -197,6 +197,14 @@ func writeEntry(p paths, pm perm, final string, h header, stored []byte, direct 
 			_, err = f.Write(stored)
 		}
 	}
+	return commitTemp(f, tmp, final, err)
+}
+
+// commitTemp ends the write of a temporary file: it closes f and, if
+// writing (err) and closing succeeded, renames tmp to final, so the file
+// appears whole or not at all; otherwise it removes tmp. It returns the
+// first error.
+func commitTemp(f *os.File, tmp, final string, err error) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -205,9 +213,8 @@ func writeEntry(p paths, pm perm, final string, h header, stored []byte, direct 
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return err
 	}
-	return nil
+	return err
 }
 
 // writeDirect writes the entry (h, then stored) to f, opened for direct

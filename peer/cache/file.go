@@ -60,14 +60,7 @@ func (c *Cache) PutFile(dir, name string, data []byte) (string, error) {
 	if err == nil {
 		_, err = f.Write(data)
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, final)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := commitTemp(f, tmp, final, err); err != nil {
 		return "", fmt.Errorf("cache: put file %s/%s: %w", dir, name, err)
 	}
 	return final, nil
