@@ -15,10 +15,10 @@ import (
 	"damselfly/fusemount/backend"
 	"damselfly/peer/cache"
 	peerproxy "damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
 	"damselfly/rafs/image"
 	"damselfly/rafs/rafstest"
+	"damselfly/rafs/registry"
 )
 
 // chunkBackend is the daemon's backend over an OCI layout with the
@@ -277,12 +277,12 @@ func TestFetcherChunkRunOtherForm(t *testing.T) {
 }
 
 // mountPeer is a ChunkSource for a real proxy.Server in front of a
-// registry: it reads each chunk by range through upstream.Client and
+// registry: it reads each chunk by range through registry.Client and
 // verifies it, like the peer's origin path. failAt (a blob ordinal + 1)
 // fails the first request reaching that chunk once, transiently;
 // corrupt (ordinal + 1) sends that chunk with a flipped byte, once.
 type mountPeer struct {
-	up      *upstream.Client
+	up      *registry.Client
 	failAt  atomic.Int64
 	corrupt atomic.Int64
 	served  atomic.Int64
@@ -300,7 +300,7 @@ func (p *mountPeer) ReadChunks(ctx context.Context, up peerproxy.Upstream, blob 
 		}
 		stored := make([]byte, c.CompressedSize)
 		if err := p.up.ReadRange(ctx, up, blob, int64(c.CompressedOffset), stored); err != nil {
-			return &peerproxy.ChunkError{Index: i, Transient: upstream.IsTransient(err), Err: err}
+			return &peerproxy.ChunkError{Index: i, Transient: registry.IsTransient(err), Err: err}
 		}
 		if o := int64(c.Ordinal) + 1; p.corrupt.Load() == o && p.corrupt.CompareAndSwap(o, 0) {
 			stored[len(stored)/2] ^= 0x55
@@ -320,7 +320,7 @@ func (p *mountPeer) ReadChunks(ctx context.Context, up peerproxy.Upstream, blob 
 // server's URL.
 func startMountPeer(t *testing.T, host string, peer *mountPeer) (url string, stop func()) {
 	t.Helper()
-	up, err := upstream.New(upstream.Config{DefaultRegistry: "http://" + host}, nil)
+	up, err := registry.New(registry.Config{DefaultRegistry: "http://" + host}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,8 +28,8 @@ import (
 	"damselfly/peer/cache"
 	dhost "damselfly/peer/host"
 	peerproxy "damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // TestFetcherThroughRealPeerTailStuck reads through the daemon's backend
@@ -197,7 +197,7 @@ func startHookedRegistry(t *testing.T, blob []byte, hook func(http.ResponseWrite
 // chunk goes to the origin in its own request, and a chunk the origin
 // fails transiently is retried for longer than any test runs. It returns
 // the proxy's URL and the node cache's directory.
-func startRealPeer(t *testing.T, registry string) (url, cacheDir string) {
+func startRealPeer(t *testing.T, origin string) (url, cacheDir string) {
 	t.Helper()
 	dir := t.TempDir()
 	key := filepath.Join(dir, "cluster.key")
@@ -215,7 +215,7 @@ func startRealPeer(t *testing.T, registry string) (url, cacheDir string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	up, err := upstream.New(upstream.Config{DefaultRegistry: registry, Timeout: 25 * time.Second}, nil)
+	up, err := registry.New(registry.Config{DefaultRegistry: origin, Timeout: 25 * time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

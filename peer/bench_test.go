@@ -27,8 +27,8 @@ import (
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
 	"damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 	"damselfly/scheduler"
 )
 
@@ -240,16 +240,16 @@ func readThroughPeer(b *testing.B, img benchImage, host string, o readOptions, f
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	st, key := newScheduler(b), clusterKey(b)
-	registry := "http://" + host
+	originURL := "http://" + host
 	if fromPeer {
-		holder := startBenchPeer(b, key, st, registry)
+		holder := startBenchPeer(b, key, st, originURL)
 		defer holder.stop()
-		ref := upstream.Ref{Registry: registry, Repo: benchRepo}
+		ref := registry.Ref{Registry: originURL, Repo: benchRepo}
 		if err := readAll(ctx, holder.node, ref, img.blob.Digest, img.chunks); err != nil {
 			b.Fatalf("the holding peer's read: %v", err)
 		}
 	}
-	local := startBenchPeer(b, key, st, registry)
+	local := startBenchPeer(b, key, st, originURL)
 	defer local.stop()
 	cfg := backend.Default()
 	cfg.Host, cfg.Repo = host, benchRepo
@@ -372,7 +372,7 @@ type benchPeer struct {
 	stop     func()
 }
 
-func startBenchPeer(b *testing.B, keyFile string, st *scheduler.State, registry string) *benchPeer {
+func startBenchPeer(b *testing.B, keyFile string, st *scheduler.State, originURL string) *benchPeer {
 	b.Helper()
 	dir := b.TempDir()
 	var closers []func()
@@ -406,7 +406,7 @@ func startBenchPeer(b *testing.B, keyFile string, st *scheduler.State, registry 
 		fail(err)
 	}
 	closers = append(closers, func() { srv.Close() })
-	up, err := upstream.New(upstream.Config{DefaultRegistry: registry}, nil)
+	up, err := registry.New(registry.Config{DefaultRegistry: originURL}, nil)
 	if err != nil {
 		fail(err)
 	}

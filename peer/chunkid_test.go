@@ -13,8 +13,8 @@ import (
 
 	"damselfly/peer/cache"
 	"damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // flipAlgo is c described with the other digest algorithm, the same 32
@@ -26,7 +26,7 @@ func flipAlgo(c rafs.Chunk) rafs.Chunk {
 }
 
 // readOne reads c alone through n and returns the error.
-func readOne(ctx context.Context, n *Node, up upstream.Ref, blob rafs.Digest, c rafs.Chunk) error {
+func readOne(ctx context.Context, n *Node, up registry.Ref, blob rafs.Digest, c rafs.Chunk) error {
 	return n.ReadChunks(ctx, up, blob, []rafs.Chunk{c}, func(int, rafs.Chunk, []byte) error { return nil })
 }
 
@@ -205,7 +205,7 @@ func TestFlightNotSharedAcrossSources(t *testing.T) {
 	ctx := testCtx(t)
 	c := img.chunks[4]
 
-	bad := upstream.Ref{Registry: bogus.URL, Repo: "test/image", Authorization: "Bearer stolen"}
+	bad := registry.Ref{Registry: bogus.URL, Repo: "test/image", Authorization: "Bearer stolen"}
 	badDone := make(chan error, 1)
 	go func() { badDone <- readOne(ctx, n.Node, bad, img.blob, c) }()
 	select {
@@ -254,9 +254,9 @@ wait:
 // repository and credentials, and fields cannot run into each other.
 func TestSourceKey(t *testing.T) {
 	t.Parallel()
-	base := upstream.Ref{Registry: "https://r.example", Repo: "a/b", Authorization: "Bearer secret"}
+	base := registry.Ref{Registry: "https://r.example", Repo: "a/b", Authorization: "Bearer secret"}
 	k := sourceOf(base)
-	for _, other := range []upstream.Ref{
+	for _, other := range []registry.Ref{
 		{Registry: "https://s.example", Repo: "a/b", Authorization: "Bearer secret"},
 		{Registry: "https://r.example", Repo: "a/c", Authorization: "Bearer secret"},
 		{Registry: "https://r.example", Repo: "a/b", Authorization: "Bearer other"},
@@ -307,7 +307,7 @@ func TestFlightNotSharedAcrossDescriptions(t *testing.T) {
 	t.Cleanup(free)
 	n := newNode(t, clusterKey(t), newScheduler(t), nodeOpts{})
 	ctx := testCtx(t)
-	up := upstream.Ref{Registry: o.URL, Repo: "test/image"}
+	up := registry.Ref{Registry: o.URL, Repo: "test/image"}
 	c := img.chunks[4]
 	bad := c
 	bad.CompressedOffset = img.chunks[5].CompressedOffset // another chunk's bytes

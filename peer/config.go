@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"damselfly/peer/piece"
+	"damselfly/rafs/piece"
 )
 
 // NodeConfig configures a Node. Default gives every field a working

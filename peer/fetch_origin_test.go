@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // cuttingOrigin is a StreamingOrigin over the test origin that reports
@@ -23,11 +23,11 @@ type cuttingOrigin struct {
 
 var _ StreamingOrigin = (*cuttingOrigin)(nil)
 
-func (o *cuttingOrigin) ReadRange(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, p []byte) error {
+func (o *cuttingOrigin) ReadRange(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, p []byte) error {
 	return o.ReadRangeFunc(ctx, ref, blob, off, p, func(int) {})
 }
 
-func (o *cuttingOrigin) ReadRangeFunc(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, p []byte, progress func(n int)) error {
+func (o *cuttingOrigin) ReadRangeFunc(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, p []byte, progress func(n int)) error {
 	o.mu.Lock()
 	first := len(o.reads) == 0
 	o.reads = append(o.reads, [2]int64{off, int64(len(p))})
@@ -47,7 +47,7 @@ func (o *cuttingOrigin) ReadRangeFunc(ctx context.Context, ref upstream.Ref, blo
 		progress(k)
 	}
 	if end < len(p) {
-		return &upstream.StatusError{Code: 503, Msg: "cut short"}
+		return &registry.StatusError{Code: 503, Msg: "cut short"}
 	}
 	return nil
 }

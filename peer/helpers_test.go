@@ -26,8 +26,8 @@ import (
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 	"damselfly/scheduler"
 )
 
@@ -171,13 +171,13 @@ func (c countingWriter) Write(p []byte) (int, error) {
 }
 
 // ref is the upstream reference of the test origin.
-func (o *origin) ref() upstream.Ref { return upstream.Ref{Registry: o.srv.URL, Repo: "test/image"} }
+func (o *origin) ref() registry.Ref { return registry.Ref{Registry: o.srv.URL, Repo: "test/image"} }
 
 // httpOrigin is a peer.Origin over the test origin, with the upstream
 // client's error types.
 type httpOrigin struct{ dir string }
 
-func (httpOrigin) ReadRange(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, p []byte) error {
+func (httpOrigin) ReadRange(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, p []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ref.Registry+"/blobs/"+hexOf(blob), nil)
 	if err != nil {
 		return err
@@ -189,7 +189,7 @@ func (httpOrigin) ReadRange(ctx context.Context, ref upstream.Ref, blob rafs.Dig
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusPartialContent {
-		return &upstream.StatusError{Code: resp.StatusCode, Msg: resp.Status}
+		return &registry.StatusError{Code: resp.StatusCode, Msg: resp.Status}
 	}
 	_, err = io.ReadFull(resp.Body, p)
 	return err
@@ -433,7 +433,7 @@ func testConfig() NodeConfig {
 
 // readAll reads cs through n and checks that every chunk comes in order
 // and decodes to its digest.
-func readAll(ctx context.Context, n *Node, up upstream.Ref, blob rafs.Digest, cs []rafs.Chunk) error {
+func readAll(ctx context.Context, n *Node, up registry.Ref, blob rafs.Digest, cs []rafs.Chunk) error {
 	next := 0
 	return n.ReadChunks(ctx, up, blob, cs, func(i int, c rafs.Chunk, stored []byte) error {
 		if i != next {

@@ -14,17 +14,17 @@ import (
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	"damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // Origin reads byte ranges of blobs from the origin registry; the
-// upstream client (proxy/upstream) is one.
+// upstream client (rafs/registry) is one.
 type Origin interface {
 	// ReadRange fills p with the bytes of blob from offset off, as ref
 	// says where to find it. It fails unless p is filled whole. Safe for
 	// concurrent use.
-	ReadRange(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, p []byte) error
+	ReadRange(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, p []byte) error
 }
 
 // StreamingOrigin is an Origin that reports a read's progress, so that
@@ -35,10 +35,10 @@ type StreamingOrigin interface {
 	// ReadRangeFunc is ReadRange that calls progress(n), on the calling
 	// goroutine, each time p[:n] has grown; bytes once reported are
 	// final.
-	ReadRangeFunc(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, p []byte, progress func(n int)) error
+	ReadRangeFunc(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, p []byte, progress func(n int)) error
 }
 
-var _ StreamingOrigin = (*upstream.Client)(nil)
+var _ StreamingOrigin = (*registry.Client)(nil)
 
 // ErrClosed is returned by reads of a Node that was closed.
 var ErrClosed = errors.New("peer: node closed")
@@ -79,7 +79,7 @@ var _ proxy.EarlyChunkSource = (*Node)(nil)
 // NewNode returns a Node that fetches over h and keeps chunks in c. r may
 // be nil: the node then uses no scheduler and goes to peers it learnt of
 // (none) and the origin. The origin's errors are retried while
-// upstream.IsTransient says they are transient. log may be nil. It loads
+// registry.IsTransient says they are transient. log may be nil. It loads
 // the holdings under cfg.HoldingsDir; Run announces them.
 func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r Router, origin Origin, log *slog.Logger) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
@@ -113,7 +113,7 @@ func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r Router, origin Origi
 	life, stop := context.WithCancel(context.Background())
 	n := &Node{
 		cfg: cfg, h: h, cache: c, router: r, origin: pieceOrigin{origin, plain},
-		transient: upstream.IsTransient,
+		transient: registry.IsTransient,
 		log:       log, m: m, hold: hold, recent: newRecent(),
 		life: life, stop: stop,
 		writes:  make(chan struct{}, maxBackgroundWrites),

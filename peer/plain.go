@@ -12,10 +12,10 @@ import (
 
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
-	"damselfly/peer/piece"
 	"damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/piece"
+	"damselfly/rafs/registry"
 )
 
 // Plain (non-RAFS) blobs pulled through the mirror travel between peers
@@ -47,7 +47,7 @@ type pieceOrigin struct {
 
 var _ StreamingOrigin = pieceOrigin{}
 
-func (o pieceOrigin) ReadRange(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, b []byte) error {
+func (o pieceOrigin) ReadRange(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, b []byte) error {
 	if real, ok := o.p.blobOf(blob); ok {
 		blob = real
 	}
@@ -56,7 +56,7 @@ func (o pieceOrigin) ReadRange(ctx context.Context, ref upstream.Ref, blob rafs.
 
 // ReadRangeFunc keeps the wrapped origin's streaming, when it streams, so
 // that wrapping it does not hide the capability from fetchRun.
-func (o pieceOrigin) ReadRangeFunc(ctx context.Context, ref upstream.Ref, blob rafs.Digest, off int64, b []byte, progress func(n int)) error {
+func (o pieceOrigin) ReadRangeFunc(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, b []byte, progress func(n int)) error {
 	if real, ok := o.p.blobOf(blob); ok {
 		blob = real
 	}

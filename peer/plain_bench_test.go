@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"testing"
 
-	"damselfly/peer/piece"
+	"damselfly/rafs/piece"
 )
 
 // BenchmarkPlainBlob measures a whole-blob GET of a 64 MiB plain layer

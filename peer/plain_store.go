@@ -9,8 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"damselfly/peer/piece"
 	"damselfly/rafs"
+	"damselfly/rafs/piece"
 )
 
 // The piece tables this node has checked are kept, when HoldingsDir is

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"damselfly/peer/piece"
+	"damselfly/rafs/piece"
 )
 
 func TestPieceTablesPersist(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
+	gcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -25,10 +25,10 @@ import (
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
-	"damselfly/peer/piece"
 	"damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/piece"
+	"damselfly/rafs/registry"
 	"damselfly/scheduler"
 )
 
@@ -41,7 +41,7 @@ type plainRegistry struct {
 
 func newPlainRegistry(t testing.TB) *plainRegistry {
 	r := &plainRegistry{}
-	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	inner := gcrregistry.New(gcrregistry.Logger(log.New(io.Discard, "", 0)))
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") {
 			w = countingWriter{w, &r.blobBytes}
@@ -100,10 +100,10 @@ func newMirrorNode(t testing.TB, key string, st *scheduler.State, reg *plainRegi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	ucfg := upstream.Default()
+	ucfg := registry.Default()
 	ucfg.DefaultRegistry = reg.srv.URL
 	ucfg.Timeout = 10 * time.Second
-	up, err := upstream.New(ucfg, nil)
+	up, err := registry.New(ucfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"damselfly/peer/cache"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
 	rimage "damselfly/rafs/image"
+	"damselfly/rafs/registry"
 	"damselfly/rafs/transport"
 	"damselfly/scheduler/preheatwire"
 )
@@ -107,13 +107,13 @@ func preheatChunks(b *rafs.Bootstrap, prefetchOnly bool) ([]preheatBlob, error) 
 // and returns the image and where its blobs are for the node's reads.
 // Other transports (local paths) are refused: a scheduler names images,
 // not files on this node.
-func (p *Preheater) openPreheat(ctx context.Context, ref string, tr http.RoundTripper) (*rimage.Image, upstream.Ref, error) {
+func (p *Preheater) openPreheat(ctx context.Context, ref string, tr http.RoundTripper) (*rimage.Image, registry.Ref, error) {
 	if !strings.HasPrefix(ref, transport.Docker+"://") {
-		return nil, upstream.Ref{}, fmt.Errorf("image %q: only docker:// references can be preheated", ref)
+		return nil, registry.Ref{}, fmt.Errorf("image %q: only docker:// references can be preheated", ref)
 	}
 	r, err := transport.Parse(ref, transport.Options{})
 	if err != nil {
-		return nil, upstream.Ref{}, err
+		return nil, registry.Ref{}, err
 	}
 	reg := r.Name.Context().Registry
 	opts := transport.Options{
@@ -123,16 +123,16 @@ func (p *Preheater) openPreheat(ctx context.Context, ref string, tr http.RoundTr
 	}
 	r, err = transport.Parse(ref, opts)
 	if err != nil {
-		return nil, upstream.Ref{}, err
+		return nil, registry.Ref{}, err
 	}
 	reg = r.Name.Context().Registry
 	octx, cancel := context.WithTimeout(ctx, p.cfg.OpenTimeout)
 	defer cancel()
 	img, err := rimage.Open(octx, ref, rimage.Options{Transport: opts, MaxBootstrapSize: p.cfg.MaxBootstrapSize})
 	if err != nil {
-		return nil, upstream.Ref{}, err
+		return nil, registry.Ref{}, err
 	}
-	up := upstream.Ref{Registry: reg.Scheme() + "://" + reg.RegistryStr(), Repo: r.Name.Context().RepositoryStr()}
+	up := registry.Ref{Registry: reg.Scheme() + "://" + reg.RegistryStr(), Repo: r.Name.Context().RepositoryStr()}
 	return img, up, nil
 }
 

@@ -15,13 +15,13 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sync/singleflight"
 
-	"damselfly/proxy/upstream"
+	"damselfly/rafs/registry"
 )
 
 // The gate decides whether a client may have bytes of a blob from the
 // node (its cache, its peers): only if the origin registry would give
 // them to it, with the credentials it sent, in the repository it named.
-// It asks the registry the cheap way (upstream.Client.Check: a HEAD with
+// It asks the registry the cheap way (registry.Client.Check: a HEAD with
 // the client's own credentials and token flow) and remembers the answer,
 // its verdict, per (registry, repository, object, hash of the
 // credentials).
@@ -64,9 +64,9 @@ const (
 	maxDown = 1024
 )
 
-// checker is the part of upstream.Client the gate uses.
+// checker is the part of registry.Client the gate uses.
 type checker interface {
-	Check(ctx context.Context, ref upstream.Ref, kind, object string) (int, string, error)
+	Check(ctx context.Context, ref registry.Ref, kind, object string) (int, string, error)
 }
 
 // gate holds verdicts and asks the registry for missing or aged ones.
@@ -117,14 +117,14 @@ func credHash(authz string) string {
 	return hex.EncodeToString(h[:])
 }
 
-func verdictKey(ref upstream.Ref, kind, object string) string {
+func verdictKey(ref registry.Ref, kind, object string) string {
 	return ref.Registry + "|" + ref.Repo + "|" + kind + "|" + object + "|" + credHash(ref.Authorization)
 }
 
 // authorize decides whether the client whose credentials ref carries may
 // have object (kind "blobs" or "manifests") of ref.Repo at ref.Registry
 // (normalised by the caller). grant is the client's HeaderGrant, if any.
-func (g *gate) authorize(ctx context.Context, ref upstream.Ref, kind, object, grant string) decision {
+func (g *gate) authorize(ctx context.Context, ref registry.Ref, kind, object, grant string) decision {
 	key := verdictKey(ref, kind, object)
 	now := g.now()
 	v, known := g.verdicts.Get(key)
@@ -169,7 +169,7 @@ var errOriginDown = errors.New("origin registry unreachable a moment ago")
 // ask asks the registry, one question per key at a time, and remembers
 // a definite answer. A registry that cannot be reached is not asked again
 // for downFor.
-func (g *gate) ask(ctx context.Context, key string, ref upstream.Ref, kind, object string) (verdict, error) {
+func (g *gate) ask(ctx context.Context, key string, ref registry.Ref, kind, object string) (verdict, error) {
 	g.mu.Lock()
 	until, isDown := g.down[ref.Registry]
 	g.mu.Unlock()
@@ -181,7 +181,7 @@ func (g *gate) ask(ctx context.Context, key string, ref upstream.Ref, kind, obje
 		// request, want the answer. Check's own timeout bounds it.
 		code, challenge, err := g.up.Check(context.WithoutCancel(ctx), ref, kind, object)
 		if err != nil {
-			if upstream.IsTransient(err) {
+			if registry.IsTransient(err) {
 				g.markDown(ref.Registry)
 			}
 			return verdict{}, err
@@ -223,13 +223,13 @@ func (g *gate) markDown(registry string) {
 }
 
 // grantFor is the grant for object of ref's repository at ref's registry.
-func (g *gate) grantFor(ref upstream.Ref, kind, object string) string {
+func (g *gate) grantFor(ref registry.Ref, kind, object string) string {
 	m := hmac.New(sha256.New, g.key)
 	fmt.Fprintf(m, "damselfly grant v1\x00%s\x00%s\x00%s\x00%s", ref.Registry, ref.Repo, kind, object)
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-func (g *gate) validGrant(grant string, ref upstream.Ref, kind, object string) bool {
+func (g *gate) validGrant(grant string, ref registry.Ref, kind, object string) bool {
 	return hmac.Equal([]byte(grant), []byte(g.grantFor(ref, kind, object)))
 }
 

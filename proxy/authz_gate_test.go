@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/proxy/upstream"
+	"damselfly/rafs/registry"
 )
 
 // fakeRegistry answers gate checks: per credentials, a status, or an
@@ -23,7 +23,7 @@ type fakeRegistry struct {
 	gateCh chan struct{} // if set, each check waits for a receive
 }
 
-func (f *fakeRegistry) Check(ctx context.Context, ref upstream.Ref, kind, object string) (int, string, error) {
+func (f *fakeRegistry) Check(ctx context.Context, ref registry.Ref, kind, object string) (int, string, error) {
 	f.asked.Add(1)
 	if f.gateCh != nil {
 		<-f.gateCh
@@ -31,7 +31,7 @@ func (f *fakeRegistry) Check(ctx context.Context, ref upstream.Ref, kind, object
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
-		return 0, "", fmt.Errorf("check: %w", &upstream.StatusError{Code: http.StatusServiceUnavailable})
+		return 0, "", fmt.Errorf("check: %w", &registry.StatusError{Code: http.StatusServiceUnavailable})
 	}
 	if c, ok := f.codes[ref.Authorization]; ok {
 		return c, "", nil
@@ -80,7 +80,7 @@ func TestGateDecisions(t *testing.T) {
 	reg := &fakeRegistry{codes: map[string]int{"Basic alice": 200, "Basic bob": 403}}
 	g, clk := newTestGate(reg)
 	ctx := t.Context()
-	alice := upstream.Ref{Registry: "https://r", Repo: "team/app", Authorization: "Basic alice"}
+	alice := registry.Ref{Registry: "https://r", Repo: "team/app", Authorization: "Basic alice"}
 	bob := alice
 	bob.Authorization = "Basic bob"
 	anon := alice
@@ -90,7 +90,7 @@ func TestGateDecisions(t *testing.T) {
 
 	type step struct {
 		name      string
-		ref       upstream.Ref
+		ref       registry.Ref
 		object    string
 		grant     string
 		advance   time.Duration
@@ -137,7 +137,7 @@ func TestGateAsksOnce(t *testing.T) {
 	t.Parallel()
 	reg := &fakeRegistry{codes: map[string]int{"Basic alice": 200}, gateCh: make(chan struct{})}
 	g, clk := newTestGate(reg)
-	ref := upstream.Ref{Registry: "https://r", Repo: "team/app", Authorization: "Basic alice"}
+	ref := registry.Ref{Registry: "https://r", Repo: "team/app", Authorization: "Basic alice"}
 	var wg sync.WaitGroup
 	var allowed atomic.Int32
 	for range 20 {
@@ -209,7 +209,7 @@ func TestGateDownBounded(t *testing.T) {
 	reg := &fakeRegistry{down: true}
 	g, _ := newTestGate(reg)
 	for i := range 3 * maxDown {
-		g.authorize(t.Context(), upstream.Ref{Registry: fmt.Sprintf("https://r%d", i), Repo: "a"}, "blobs", testBlob, "")
+		g.authorize(t.Context(), registry.Ref{Registry: fmt.Sprintf("https://r%d", i), Repo: "a"}, "blobs", testBlob, "")
 	}
 	g.mu.Lock()
 	n := len(g.down)

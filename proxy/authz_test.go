@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"damselfly/proxy"
-	"damselfly/proxy/internal/regtest"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
+	"damselfly/rafs/registry/registrytest"
 )
 
 // nodeCacheSource is a ChunkSource that keeps what it fetched by chunk
@@ -52,13 +52,13 @@ func (s *nodeCacheSource) ReadChunks(ctx context.Context, up proxy.Upstream, blo
 
 // privateRegistry gives alice every repository and anonymous clients
 // only public/*.
-var privateRegistry = &regtest.Auth{User: "alice", Pass: "pw", Anonymous: true, Allow: func(user, repo string) bool {
+var privateRegistry = &registrytest.Auth{User: "alice", Pass: "pw", Anonymous: true, Allow: func(user, repo string) bool {
 	return user == "alice" || strings.HasPrefix(repo, "public/")
 }}
 
 func TestBatchOnlyForClientsTheRegistryAllows(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{auth: privateRegistry, source: func(up *upstream.Client) proxy.ChunkSource {
+	e := newEnv(t, envOptions{auth: privateRegistry, source: func(up *registry.Client) proxy.ChunkSource {
 		return &nodeCacheSource{inner: &registrySource{up: up}, stored: map[rafs.Digest][]byte{}}
 	}})
 	img := buildImage(t, e.reg, "private/app")
@@ -101,12 +101,12 @@ func TestBatchThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	var down sync.Map // "down" -> true while the registry is out
 	e := newEnv(t, envOptions{auth: privateRegistry,
-		upCfg: func(c *upstream.Config) { c.RetryLimit = 0 },
+		upCfg: func(c *registry.Config) { c.RetryLimit = 0 },
 		cfg: func(c *proxy.Config) {
 			c.AuthTTL = 1 // every request asks again
 			c.AuthStale = 1
 		},
-		source: func(up *upstream.Client) proxy.ChunkSource {
+		source: func(up *registry.Client) proxy.ChunkSource {
 			return &nodeCacheSource{inner: &registrySource{up: up}, stored: map[rafs.Digest][]byte{}}
 		}})
 	e.reg.SetIntercept(func(w http.ResponseWriter, r *http.Request) bool {
@@ -137,12 +137,12 @@ func TestBatchThroughAnOutage(t *testing.T) {
 
 func TestVersionCheckRelaysChallenge(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{auth: &regtest.Auth{User: "alice", Pass: "pw"}})
+	e := newEnv(t, envOptions{auth: &registrytest.Auth{User: "alice", Pass: "pw"}})
 	code, hdr, _ := e.do(t, http.MethodGet, "/v2/", nil)
 	if code != http.StatusUnauthorized || !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer ") {
 		t.Errorf("GET /v2/ without credentials: got %d, challenge %q; want the registry's 401 and challenge", code, hdr.Get("WWW-Authenticate"))
 	}
-	if code, _, _ := e.do(t, http.MethodGet, "/v2/", map[string]string{"Authorization": "Bearer " + regtest.Token}); code != http.StatusOK {
+	if code, _, _ := e.do(t, http.MethodGet, "/v2/", map[string]string{"Authorization": "Bearer " + registrytest.Token}); code != http.StatusOK {
 		t.Errorf("GET /v2/ with a token: got %d, want 200", code)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"strings"
 
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // Batch request limits, checked before any chunk is fetched.
@@ -64,7 +64,7 @@ func parseBatchRequest(data []byte) (repo string, blob rafs.Digest, chunks []raf
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return "", blob, nil, errors.New("request body: data after the JSON object")
 	}
-	if !upstream.ValidRepo(req.Repo) {
+	if !registry.ValidRepo(req.Repo) {
 		return "", blob, nil, fmt.Errorf("repo %s: not a repository name", quote(req.Repo))
 	}
 	if blob, err = rafs.ParseDigest(req.Blob); err != nil {
@@ -125,7 +125,7 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 	}
 	s.m.batchChunks.Observe(float64(len(chunks)))
 
-	ref := upstream.Ref{Registry: reg, Repo: repo, Authorization: r.Header.Get("Authorization")}
+	ref := registry.Ref{Registry: reg, Repo: repo, Authorization: r.Header.Get("Authorization")}
 	// Chunks of the blob only to a client the registry would give the
 	// blob to.
 	d := s.gate.authorize(r.Context(), ref, "blobs", blob.String(), r.Header.Get(HeaderGrant))
@@ -189,7 +189,7 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 		s.log.Debug("chunk source failed after delivering every chunk", "repo", repo, "blob", blob, "err", err)
 		return
 	}
-	transient := upstream.IsTransient(err)
+	transient := registry.IsTransient(err)
 	var ce *ChunkError
 	if errors.As(err, &ce) {
 		transient = ce.Transient

@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	"damselfly/proxy"
-	"damselfly/proxy/internal/regtest"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
+	"damselfly/rafs/registry/registrytest"
 )
 
 // readAll reads chunks through a ChunkClient, checking each delivered
@@ -85,7 +85,7 @@ func TestChunkClientRoundTrip(t *testing.T) {
 
 func TestChunkClientAuthForwarded(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{auth: &regtest.Auth{User: "bob", Pass: "pw"}})
+	e := newEnv(t, envOptions{auth: &registrytest.Auth{User: "bob", Pass: "pw"}})
 	img := buildImage(t, e.reg, "rafs/priv")
 	cc := proxy.NewChunkClient(e.url, nil)
 	up := proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/priv", Authorization: e.reg.BasicAuth()}
@@ -101,7 +101,7 @@ func TestChunkClientAuthForwarded(t *testing.T) {
 
 func TestChunkClientRefusesCorruptChunk(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{source: func(up *upstream.Client) proxy.ChunkSource {
+	e := newEnv(t, envOptions{source: func(up *registry.Client) proxy.ChunkSource {
 		return &corruptingSource{inner: &registrySource{up: up}, at: 2}
 	}})
 	img := buildImage(t, e.reg, "rafs/app")
@@ -115,7 +115,7 @@ func TestChunkClientRefusesCorruptChunk(t *testing.T) {
 
 func TestBatchFailsMidway(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{upCfg: func(c *upstream.Config) { c.RetryLimit = 1 }})
+	e := newEnv(t, envOptions{upCfg: func(c *registry.Config) { c.RetryLimit = 1 }})
 	img := buildImage(t, e.reg, "rafs/app")
 	cc := proxy.NewChunkClient(e.url, nil)
 	up := proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}

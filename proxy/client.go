@@ -13,8 +13,8 @@ import (
 	"strings"
 	"sync"
 
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // ChunkClient reads chunks through a proxy's batch endpoint. It splits
@@ -177,7 +177,7 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorMessage))
-		se := &upstream.StatusError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(msg))}
+		se := &registry.StatusError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(msg))}
 		return stored, plain, &ChunkError{Index: start, Transient: se.Transient(), Err: fmt.Errorf("proxy: %w", se)}
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != ContentTypeChunks && mt != ContentTypeChunksV2 {

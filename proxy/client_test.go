@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // ReadChunksDecoded hands over, with each chunk's stored bytes, its
@@ -67,7 +67,7 @@ func TestChunkClientDecoded(t *testing.T) {
 // with a permanent digest mismatch naming it.
 func TestChunkClientDecodedRefusesCorrupt(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{source: func(up *upstream.Client) proxy.ChunkSource {
+	e := newEnv(t, envOptions{source: func(up *registry.Client) proxy.ChunkSource {
 		return &corruptingSource{inner: &registrySource{up: up}, at: 3}
 	}})
 	img := buildImage(t, e.reg, "rafs/app")
@@ -115,7 +115,7 @@ func TestChunkClientDecodedDeliverError(t *testing.T) {
 func TestChunkClientReusesConnection(t *testing.T) {
 	t.Parallel()
 	taken := make(chan struct{}, 1)
-	e := newEnv(t, envOptions{source: func(up *upstream.Client) proxy.ChunkSource {
+	e := newEnv(t, envOptions{source: func(up *registry.Client) proxy.ChunkSource {
 		return &lingeringSource{inner: &registrySource{up: up}, release: taken}
 	}})
 	img := buildImage(t, e.reg, "rafs/app")

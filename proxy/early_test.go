@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // earlySource is an EarlyChunkSource over inner: after delivering each
@@ -61,7 +61,7 @@ func TestBatchV2SendsBeforeKept(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{}, 1)
 	var src *earlySource
-	e := newEnv(t, envOptions{source: func(up *upstream.Client) proxy.ChunkSource {
+	e := newEnv(t, envOptions{source: func(up *registry.Client) proxy.ChunkSource {
 		src = &earlySource{inner: &registrySource{up: up}, keep: func(ctx context.Context) error {
 			select {
 			case <-release:
@@ -125,7 +125,7 @@ func TestBatchV2SendsBeforeKept(t *testing.T) {
 func TestChunkClientReadsV2(t *testing.T) {
 	t.Parallel()
 	var src *earlySource
-	e := newEnv(t, envOptions{source: func(up *upstream.Client) proxy.ChunkSource {
+	e := newEnv(t, envOptions{source: func(up *registry.Client) proxy.ChunkSource {
 		src = &earlySource{inner: &registrySource{up: up}, keep: func(context.Context) error { return nil }}
 		return src
 	}})

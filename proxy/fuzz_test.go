@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 func TestFrameRoundTrip(t *testing.T) {
@@ -120,16 +120,16 @@ func FuzzParseV2(f *testing.F) {
 			}
 			return
 		}
-		if !upstream.ValidRepo(rt.name) || strings.Contains(rt.name, "..") {
+		if !registry.ValidRepo(rt.name) || strings.Contains(rt.name, "..") {
 			t.Fatalf("%q: accepted repository %q", rest, rt.name)
 		}
 		switch rt.kind {
 		case "blobs", "referrers":
-			if !upstream.ValidDigest(rt.ref) {
+			if !registry.ValidDigest(rt.ref) {
 				t.Fatalf("%q: accepted digest %q", rest, rt.ref)
 			}
 		case "manifests":
-			if !upstream.ValidTag(rt.ref) && !upstream.ValidDigest(rt.ref) {
+			if !registry.ValidTag(rt.ref) && !registry.ValidDigest(rt.ref) {
 				t.Fatalf("%q: accepted reference %q", rest, rt.ref)
 			}
 		case "tags":

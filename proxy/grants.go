@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // GrantsPath is the endpoint where a client asks for the grants of
@@ -55,7 +55,7 @@ func parseGrantsRequest(data []byte) (string, []rafs.Digest, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return "", nil, errors.New("request body: data after the JSON object")
 	}
-	if !upstream.ValidRepo(req.Repo) {
+	if !registry.ValidRepo(req.Repo) {
 		return "", nil, fmt.Errorf("repo %s: not a repository name", quote(req.Repo))
 	}
 	if len(req.Blobs) == 0 || len(req.Blobs) > MaxGrantBlobs {
@@ -90,7 +90,7 @@ func (s *Server) serveGrants(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "grants request: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	ref := upstream.Ref{Registry: reg, Repo: repo, Authorization: r.Header.Get("Authorization")}
+	ref := registry.Ref{Registry: reg, Repo: repo, Authorization: r.Header.Get("Authorization")}
 	resp := grantsResponse{Grants: map[string]string{}, Refused: map[string]string{}}
 	var mu sync.Mutex
 	g, ctx := errgroup.WithContext(r.Context())

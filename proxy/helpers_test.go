@@ -21,9 +21,9 @@ import (
 	"go.uber.org/goleak"
 
 	"damselfly/proxy"
-	"damselfly/proxy/internal/regtest"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
+	"damselfly/rafs/registry/registrytest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -52,7 +52,7 @@ type image struct {
 
 // buildImage builds a one-layer RAFS image with compressible and
 // incompressible files and pushes its blob to reg as repo.
-func buildImage(t *testing.T, reg *regtest.Registry, repo string) image {
+func buildImage(t *testing.T, reg *registrytest.Registry, repo string) image {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -117,7 +117,7 @@ func buildImage(t *testing.T, reg *regtest.Registry, repo string) image {
 // origin registry by range and verifies it before delivering. Verified
 // chunks are kept by offset, as a node cache would keep them.
 type registrySource struct {
-	up *upstream.Client
+	up *registry.Client
 
 	mu    sync.Mutex
 	cache map[string][]byte
@@ -156,7 +156,7 @@ func (s *registrySource) ReadChunks(ctx context.Context, up proxy.Upstream, blob
 		}
 		stored := make([]byte, c.CompressedSize)
 		if err := s.up.ReadRange(ctx, up, blob, int64(c.CompressedOffset), stored); err != nil {
-			return &proxy.ChunkError{Index: i, Transient: upstream.IsTransient(err), Err: err}
+			return &proxy.ChunkError{Index: i, Transient: registry.IsTransient(err), Err: err}
 		}
 		plain = append(plain[:0], make([]byte, c.Size)...)
 		if err := rafs.DecodeChunk(c, stored, plain); err != nil {
@@ -190,32 +190,32 @@ func (s *corruptingSource) ReadChunks(ctx context.Context, up proxy.Upstream, bl
 
 // env is a registry, an upstream client and a running proxy.
 type env struct {
-	reg  *regtest.Registry
-	up   *upstream.Client
+	reg  *registrytest.Registry
+	up   *registry.Client
 	srv  *proxy.Server
 	prom *prometheus.Registry
 	url  string
 }
 
 type envOptions struct {
-	auth   *regtest.Auth
-	upCfg  func(*upstream.Config)
+	auth   *registrytest.Auth
+	upCfg  func(*registry.Config)
 	cfg    func(*proxy.Config)
-	source func(*upstream.Client) proxy.ChunkSource
+	source func(*registry.Client) proxy.ChunkSource
 }
 
 // newEnv starts a registry and a proxy in front of it (the registry is
 // the proxy's default), stopped in t.Cleanup.
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
-	e := &env{reg: regtest.New(t, o.auth), prom: prometheus.NewRegistry()}
-	ucfg := upstream.Default()
+	e := &env{reg: registrytest.New(t, o.auth), prom: prometheus.NewRegistry()}
+	ucfg := registry.Default()
 	ucfg.DefaultRegistry = e.reg.URL
 	ucfg.Timeout = 10 * time.Second
 	if o.upCfg != nil {
 		o.upCfg(&ucfg)
 	}
-	up, err := upstream.New(ucfg, nil)
+	up, err := registry.New(ucfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // Registry-selection headers: a base URL, "https://host[:port]".
@@ -54,17 +54,17 @@ func parseV2(rest string) (v2Route, string, string) {
 			return v2Route{}, "NAME_UNKNOWN", "unknown path"
 		}
 	case "blobs", "referrers":
-		if !upstream.ValidDigest(rt.ref) {
+		if !registry.ValidDigest(rt.ref) {
 			return v2Route{}, "DIGEST_INVALID", "invalid digest " + quote(rt.ref)
 		}
 	case "manifests":
-		if !upstream.ValidTag(rt.ref) && !upstream.ValidDigest(rt.ref) {
+		if !registry.ValidTag(rt.ref) && !registry.ValidDigest(rt.ref) {
 			return v2Route{}, "MANIFEST_INVALID", "invalid tag or digest " + quote(rt.ref)
 		}
 	default:
 		return v2Route{}, "NAME_UNKNOWN", "unknown path"
 	}
-	if !upstream.ValidRepo(rt.name) {
+	if !registry.ValidRepo(rt.name) {
 		return v2Route{}, "NAME_INVALID", "invalid repository name " + quote(rt.name)
 	}
 	return rt, "", ""
@@ -123,7 +123,7 @@ func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	ref := upstream.Ref{Registry: reg, Repo: rt.name, Authorization: r.Header.Get("Authorization")}
+	ref := registry.Ref{Registry: reg, Repo: rt.name, Authorization: r.Header.Get("Authorization")}
 	if bs, ok := s.chunks.(BlobSource); ok && rt.kind == "blobs" && r.Method == http.MethodGet {
 		if blob, err := rafs.ParseDigest(rt.ref); err == nil {
 			// Bytes from the node or its peers only to a client the
@@ -144,7 +144,7 @@ func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
 }
 
 // passThrough forwards the request to the origin and its answer back.
-func (s *Server) passThrough(w http.ResponseWriter, r *http.Request, ref upstream.Ref, path string) {
+func (s *Server) passThrough(w http.ResponseWriter, r *http.Request, ref registry.Ref, path string) {
 	n, err := s.up.Forward(r.Context(), w, r, ref, path)
 	s.m.upstreamBytes.Add(float64(n))
 	if err != nil {
@@ -163,7 +163,7 @@ func (s *Server) serveVersionCheck(w http.ResponseWriter, r *http.Request) {
 	h.Set("Docker-Distribution-API-Version", "registry/2.0")
 	h.Set("Content-Type", "application/json")
 	if reg, err := s.registryFor(r); err == nil {
-		code, rh, err := s.up.Ping(r.Context(), upstream.Ref{Registry: reg, Authorization: r.Header.Get("Authorization")})
+		code, rh, err := s.up.Ping(r.Context(), registry.Ref{Registry: reg, Authorization: r.Header.Get("Authorization")})
 		switch {
 		case err != nil:
 			s.log.Debug("version check: origin unreachable; answering it here", "registry", reg, "err", err)

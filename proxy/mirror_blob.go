@@ -12,9 +12,9 @@ import (
 	"strings"
 	"sync"
 
-	"damselfly/peer/piece"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/piece"
+	"damselfly/rafs/registry"
 )
 
 // piecesPerRead is how many pieces one ReadPieces call asks for while a
@@ -42,7 +42,7 @@ var errNothingSent = errors.New("no piece served")
 //     GET passes through to the origin as before; a whole-blob pass-through
 //     is recorded (BlobRecorder), so that after its digest matched the
 //     node serves the blob's pieces to peers.
-func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, bs BlobSource, ref upstream.Ref, path string, blob rafs.Digest) {
+func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, bs BlobSource, ref registry.Ref, path string, blob rafs.Digest) {
 	rng := r.Header.Get("Range")
 	t, verified := bs.PieceTable(r.Context(), ref, blob, rng == "")
 	if t != nil && rng != "" {

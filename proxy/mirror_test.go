@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"damselfly/proxy"
-	"damselfly/proxy/internal/regtest"
-	"damselfly/proxy/upstream"
+	"damselfly/rafs/registry"
+	"damselfly/rafs/registry/registrytest"
 )
 
 func TestPingHealthMetrics(t *testing.T) {
@@ -122,10 +122,10 @@ func TestBadRequests(t *testing.T) {
 func TestRegistryRouting(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
-	other := regtest.New(t, nil) // not the proxy's default
+	other := registrytest.New(t, nil) // not the proxy's default
 	manifest, _, _ := other.PushImage(t, "routed/app", "r1")
 	// ?ns= names a host; it is plain HTTP only when listed.
-	e2 := newEnv(t, envOptions{upCfg: func(c *upstream.Config) { c.PlainHTTP = []string{other.Host} }})
+	e2 := newEnv(t, envOptions{upCfg: func(c *registry.Config) { c.PlainHTTP = []string{other.Host} }})
 
 	for _, tc := range []struct {
 		name string
@@ -151,7 +151,7 @@ func TestRegistryRouting(t *testing.T) {
 
 func TestAuthChallengeRelayed(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{auth: &regtest.Auth{User: "alice", Pass: "pw"}})
+	e := newEnv(t, envOptions{auth: &registrytest.Auth{User: "alice", Pass: "pw"}})
 	manifest, _, _ := e.reg.PushImage(t, "private/app", "v1")
 
 	code, hdr, _ := e.do(t, http.MethodGet, "/v2/private/app/manifests/v1", nil)
@@ -197,8 +197,8 @@ func TestNodeCredentials(t *testing.T) {
 	t.Parallel()
 	cfgFile := filepath.Join(t.TempDir(), "config.json")
 	e := newEnv(t, envOptions{
-		auth:  &regtest.Auth{User: "node", Pass: "pw"},
-		upCfg: func(c *upstream.Config) { c.DockerConfigFile = cfgFile },
+		auth:  &registrytest.Auth{User: "node", Pass: "pw"},
+		upCfg: func(c *registry.Config) { c.DockerConfigFile = cfgFile },
 	})
 	manifest, _, _ := e.reg.PushImage(t, "private/app", "v1")
 	if code, _, _ := e.do(t, http.MethodGet, "/v2/private/app/manifests/v1", nil); code != http.StatusUnauthorized {
@@ -214,8 +214,8 @@ func TestNodeCredentials(t *testing.T) {
 
 	// Lent to this registry only: the same request gets the manifest.
 	lent := newEnv(t, envOptions{
-		auth: &regtest.Auth{User: "node", Pass: "pw"},
-		upCfg: func(c *upstream.Config) {
+		auth: &registrytest.Auth{User: "node", Pass: "pw"},
+		upCfg: func(c *registry.Config) {
 			c.DockerConfigFile = cfgFile
 			c.LendNodeCredentials = []string{strings.TrimPrefix(c.DefaultRegistry, "http://")}
 		},
@@ -233,7 +233,7 @@ func TestNodeCredentials(t *testing.T) {
 
 func TestPassThroughUpstreamFailures(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{upCfg: func(c *upstream.Config) { c.RetryLimit = 2 }})
+	e := newEnv(t, envOptions{upCfg: func(c *registry.Config) { c.RetryLimit = 2 }})
 	manifest, _, _ := e.reg.PushImage(t, "app", "v1")
 	var fails atomic.Int32
 	fails.Store(2)

@@ -4,8 +4,8 @@ import (
 	"context"
 	"io"
 
-	"damselfly/peer/piece"
 	"damselfly/rafs"
+	"damselfly/rafs/piece"
 )
 
 // BlobSource is the optional capability of a ChunkSource to serve plain

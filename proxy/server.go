@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"damselfly/proxy/upstream"
+	"damselfly/rafs/registry"
 )
 
 // Server is the peer's HTTP endpoint. Create it with New, bind with
@@ -23,7 +23,7 @@ import (
 type Server struct {
 	cfg    Config
 	chunks ChunkSource
-	up     *upstream.Client
+	up     *registry.Client
 	log    *slog.Logger
 	m      *metrics
 	srv    *http.Server
@@ -38,7 +38,7 @@ type Server struct {
 // registries through up. Its metrics are registered with reg (nil: a
 // registry of its own); /metrics serves reg if it is also a
 // prometheus.Gatherer (a *prometheus.Registry is). log may be nil.
-func New(cfg Config, chunks ChunkSource, up *upstream.Client, reg prometheus.Registerer, log *slog.Logger) (*Server, error) {
+func New(cfg Config, chunks ChunkSource, up *registry.Client, reg prometheus.Registerer, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}

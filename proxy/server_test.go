@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -48,7 +48,7 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
-	up, err := upstream.New(upstream.Default(), nil)
+	up, err := registry.New(registry.Default(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestSlowHeadersTimeOut(t *testing.T) {
 func TestUnixSocketAndShutdown(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "proxy.sock")
-	up, err := upstream.New(upstream.Default(), nil)
+	up, err := registry.New(registry.Default(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestLongBatchOutlivesReadTimeout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{
 		cfg: func(c *proxy.Config) { c.ReadTimeout = 100 * time.Millisecond },
-		source: func(up *upstream.Client) proxy.ChunkSource {
+		source: func(up *registry.Client) proxy.ChunkSource {
 			return &slowSource{inner: &registrySource{up: up}, wait: 500 * time.Millisecond}
 		},
 	})
@@ -181,7 +181,7 @@ func TestStalledReaderCutOff(t *testing.T) {
 	done := make(chan error, 4)
 	e := newEnv(t, envOptions{
 		cfg: func(c *proxy.Config) { c.WriteStallTimeout = 200 * time.Millisecond },
-		source: func(up *upstream.Client) proxy.ChunkSource {
+		source: func(up *registry.Client) proxy.ChunkSource {
 			return &doneSource{inner: &registrySource{up: up}, done: done}
 		},
 	})

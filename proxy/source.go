@@ -3,12 +3,12 @@ package proxy
 import (
 	"context"
 
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // Upstream says where a blob comes from when no peer holds it.
-type Upstream = upstream.Ref
+type Upstream = registry.Ref
 
 // ChunkSource serves verified chunks of RAFS blobs: the peer's node
 // (peer.Node) implements it, getting each chunk from the node cache, then

@@ -22,9 +22,9 @@ type Backend struct {
 	cfg   Config
 	clock Clock
 
-	reg   *registry // type registry
-	proxy *proxy    // nil without Proxy.URL
-	oci   *ociBlobs // type oci
+	reg   *regClient // type registry
+	proxy *proxy     // nil without Proxy.URL
+	oci   *ociBlobs  // type oci
 
 	stats  counters
 	closed atomic.Bool

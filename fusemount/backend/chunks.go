@@ -263,7 +263,7 @@ func (b *Backend) attemptChunks(ctx context.Context, src Source, blob rafs.Blob,
 // readDecodedChunks is readChunks (proxy.go) handing cnt the decoded
 // bytes the batch endpoint's client verified; chunks read by range, from
 // a proxy without that endpoint, go to cnt without them.
-func (p *proxy) readDecodedChunks(ctx context.Context, reg *registry, blob rafs.Blob, chunks []rafs.Chunk, base int, cnt *counter) error {
+func (p *proxy) readDecodedChunks(ctx context.Context, reg *regClient, blob rafs.Blob, chunks []rafs.Chunk, base int, cnt *counter) error {
 	if !p.noBatch.Load() {
 		up := peerproxy.Upstream{Registry: reg.origin(), Repo: reg.repo.RepositoryStr(), Authorization: reg.authorization()}
 		var delivered int

@@ -16,8 +16,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	peerproxy "damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // chunkedBlob is a blob made of raw (uncompressed) chunks of the given
@@ -333,13 +333,13 @@ func FuzzCheckRun(f *testing.F) {
 }
 
 // testPeer is a ChunkSource for a real proxy.Server: it reads each chunk
-// from the origin by range (through upstream.Client), verifies it and
+// from the origin by range (through registry.Client), verifies it and
 // delivers it. Faults are injected per blob ordinal: failAt answers that
 // chunk with a ChunkError once (transient or not); corrupt delivers that
 // chunk with a flipped byte, unverified; compress delivers chunks
 // zstd-compressed (the other form than the blob's).
 type testPeer struct {
-	up       *upstream.Client
+	up       *registry.Client
 	failAt   atomic.Int64 // ordinal+1; 0 for none
 	failPerm bool
 	corrupt  atomic.Int64 // ordinal+1; 0 for none
@@ -359,7 +359,7 @@ func (p *testPeer) ReadChunks(ctx context.Context, up peerproxy.Upstream, blob r
 		}
 		stored := make([]byte, c.CompressedSize)
 		if err := p.up.ReadRange(ctx, up, blob, int64(c.CompressedOffset), stored); err != nil {
-			return &peerproxy.ChunkError{Index: i, Transient: upstream.IsTransient(err), Err: err}
+			return &peerproxy.ChunkError{Index: i, Transient: registry.IsTransient(err), Err: err}
 		}
 		if int64(c.Ordinal)+1 == p.corrupt.Load() {
 			stored[len(stored)/2] ^= 0x55
@@ -395,7 +395,7 @@ func startPeer(t *testing.T, o *origin, peer *testPeer) string {
 // (when not empty).
 func startPeerSocket(t *testing.T, o *origin, peer *testPeer, sock string) string {
 	t.Helper()
-	up, err := upstream.New(upstream.Config{DefaultRegistry: o.srv.URL}, nil)
+	up, err := registry.New(registry.Config{DefaultRegistry: o.srv.URL}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

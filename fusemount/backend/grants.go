@@ -32,7 +32,7 @@ func (b *Backend) Authorize(ctx context.Context, blobs []rafs.Digest) error {
 
 // touch sends one HEAD of blob d through the authenticated client, which
 // settles the credentials (and records them for the proxy).
-func (r *registry) touch(ctx context.Context, d rafs.Digest) error {
+func (r *regClient) touch(ctx context.Context, d rafs.Digest) error {
 	c, _, err := r.authorized(ctx)
 	if err != nil {
 		return err

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	peerproxy "damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // HeaderRegistry names the upstream registry ("scheme://host") on requests
@@ -65,7 +65,7 @@ func newProxy(cfg ProxyConfig, base http.RoundTripper, log *slog.Logger) *proxy 
 
 // read fills p with bytes [off, off+len(p)) of blob d of repo at reg,
 // forwarding authorization (may be empty) for the mirror to use upstream.
-func (p *proxy) read(ctx context.Context, reg *registry, d rafs.Digest, off int64, buf []byte) error {
+func (p *proxy) read(ctx context.Context, reg *regClient, d rafs.Digest, off int64, buf []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+reg.blobPath(d), nil)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errPermanent, err)
@@ -140,7 +140,7 @@ func (p *proxy) probe(ctx context.Context) error {
 func noBatchEndpoint(err error) bool {
 	var (
 		ce *peerproxy.ChunkError
-		se *upstream.StatusError
+		se *registry.StatusError
 	)
 	if !errors.As(err, &ce) || !errors.As(ce.Err, &se) {
 		return false

@@ -25,7 +25,7 @@ import (
 // the registry answers 401 with a challenge; registry also throws the
 // client away on any 401 that reaches it, so the next attempt starts from
 // a fresh handshake. It is safe for concurrent use.
-type registry struct {
+type regClient struct {
 	scheme string // "http" or "https"
 	repo   name.Repository
 	base   http.RoundTripper // below the auth transport; records Authorization
@@ -41,7 +41,7 @@ type registry struct {
 	staticAuth string                 // "Basic <Config.Auth>", or ""
 }
 
-func newRegistry(cfg Config, base http.RoundTripper, kc authn.Keychain) (*registry, error) {
+func newRegistry(cfg Config, base http.RoundTripper, kc authn.Keychain) (*regClient, error) {
 	var opts []name.Option
 	if cfg.Scheme == "http" {
 		opts = append(opts, name.Insecure)
@@ -50,7 +50,7 @@ func newRegistry(cfg Config, base http.RoundTripper, kc authn.Keychain) (*regist
 	if err != nil {
 		return nil, fmt.Errorf("repository %s/%s: %w", cfg.Host, cfg.Repo, err)
 	}
-	r := &registry{scheme: cfg.Scheme, repo: repo, sem: make(chan struct{}, 1)}
+	r := &regClient{scheme: cfg.Scheme, repo: repo, sem: make(chan struct{}, 1)}
 	r.base = &recordAuth{inner: base, host: repo.RegistryStr(), last: &r.lastAuth}
 	if cfg.Auth != "" {
 		user, pass, err := decodeAuth(cfg.Auth.Reveal())
@@ -67,9 +67,9 @@ func newRegistry(cfg Config, base http.RoundTripper, kc authn.Keychain) (*regist
 }
 
 // origin is "scheme://host", the X-Damselfly-Registry value.
-func (r *registry) origin() string { return r.scheme + "://" + r.repo.RegistryStr() }
+func (r *regClient) origin() string { return r.scheme + "://" + r.repo.RegistryStr() }
 
-func (r *registry) blobPath(d rafs.Digest) string {
+func (r *regClient) blobPath(d rafs.Digest) string {
 	return "/v2/" + r.repo.RepositoryStr() + "/blobs/" + d.String()
 }
 
@@ -79,7 +79,7 @@ func (r *registry) blobPath(d rafs.Digest) string {
 // set, else "". Credentials from the keychain are not sent until the
 // registry has been talked to: resolving them may run a credential
 // helper, which has no place on the proxy's fast path.
-func (r *registry) authorization() string {
+func (r *regClient) authorization() string {
 	if p := r.lastAuth.Load(); p != nil {
 		return *p
 	}
@@ -88,7 +88,7 @@ func (r *registry) authorization() string {
 
 // read fills p with bytes [off, off+len(p)) of blob d. ctx bounds the
 // handshake too, if one is due.
-func (r *registry) read(ctx context.Context, d rafs.Digest, off int64, p []byte) error {
+func (r *regClient) read(ctx context.Context, d rafs.Digest, off int64, p []byte) error {
 	c, gen, err := r.authorized(ctx)
 	if err != nil {
 		return err
@@ -107,7 +107,7 @@ func (r *registry) read(ctx context.Context, d rafs.Digest, off int64, p []byte)
 
 // authorized returns the authenticated client, doing the handshake if
 // there is none.
-func (r *registry) authorized(ctx context.Context) (*http.Client, uint64, error) {
+func (r *regClient) authorized(ctx context.Context) (*http.Client, uint64, error) {
 	if c, gen := r.current(); c != nil {
 		return c, gen, nil
 	}
@@ -139,14 +139,14 @@ func (r *registry) authorized(ctx context.Context) (*http.Client, uint64, error)
 	return r.client, r.gen, nil
 }
 
-func (r *registry) current() (*http.Client, uint64) {
+func (r *regClient) current() (*http.Client, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.client, r.gen
 }
 
 // invalidate drops the client of handshake gen, if it is still current.
-func (r *registry) invalidate(gen uint64) {
+func (r *regClient) invalidate(gen uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.gen == gen {
@@ -157,7 +157,7 @@ func (r *registry) invalidate(gen uint64) {
 // classify turns go-containerregistry's status errors (from the ping or
 // the token server) into statusErrors, so they map to our sentinels, and
 // marks a refused certificate permanent when https was asked for.
-func (r *registry) classify(err error) error {
+func (r *regClient) classify(err error) error {
 	if err == nil {
 		return nil
 	}

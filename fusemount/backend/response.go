@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"damselfly/proxy/upstream"
+	"damselfly/rafs/registry"
 )
 
 // maxErrorBody bounds the body read from an error response for messages.
@@ -48,7 +48,7 @@ func readRange(resp *http.Response, off int64, p []byte) error {
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 		cr := resp.Header.Get("Content-Range")
-		start, end, total, err := upstream.ParseContentRange(cr)
+		start, end, total, err := registry.ParseContentRange(cr)
 		if err != nil {
 			return fmt.Errorf("%w: %w", errBadResponse, err)
 		}
@@ -81,5 +81,5 @@ func newStatusError(resp *http.Response) *statusError {
 	if s := strings.TrimSpace(string(body)); s != "" {
 		msg += ": " + s
 	}
-	return &statusError{Code: resp.StatusCode, Msg: msg, RetryAfter: upstream.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+	return &statusError{Code: resp.StatusCode, Msg: msg, RetryAfter: registry.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 }

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/peer/piece"
 	"damselfly/rafs"
+	"damselfly/rafs/piece"
 	"damselfly/rafs/rafstest"
 )
 

@@ -12,8 +12,8 @@ import (
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
 	"damselfly/proxy"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 	"damselfly/scheduler/client"
 )
 
@@ -38,7 +38,7 @@ type Config struct {
 	// Node tunes fetching; its holdings_dir defaults to Dir/holdings.
 	Node     peer.NodeConfig `mapstructure:"node"`
 	Proxy    proxy.Config    `mapstructure:"proxy"`
-	Upstream upstream.Config `mapstructure:"upstream"`
+	Upstream registry.Config `mapstructure:"upstream"`
 	// Scheduler lists the scheduler daemons. With none, the peer works
 	// alone: node cache, then origin.
 	Scheduler client.Config `mapstructure:"scheduler"`
@@ -127,7 +127,7 @@ func Default() Config {
 		Cache:     CacheConfig{Dir: DefaultCacheDir, HotBytes: DefaultHotBytes},
 		Node:      peer.DefaultNode(),
 		Proxy:     proxy.Default(),
-		Upstream:  upstream.Default(),
+		Upstream:  registry.Default(),
 		Scheduler: client.Default(),
 		// The node cache checks a CRC on every read and the requester
 		// verifies every chunk; the sender's own hash of each chunk only

@@ -18,7 +18,7 @@ import (
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
 	"damselfly/proxy"
-	"damselfly/proxy/upstream"
+	"damselfly/rafs/registry"
 	"damselfly/scheduler"
 	"damselfly/scheduler/client"
 )
@@ -34,7 +34,7 @@ type Daemon struct {
 	cache *cache.Cache
 	exch  *exchange.Server
 	sched *client.Client // nil without schedulers
-	up    *upstream.Client
+	up    *registry.Client
 	node  *peer.Node
 	heat  *peer.Preheater
 	proxy *proxy.Server
@@ -102,7 +102,7 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 		log.Warn("no scheduler configured: chunks come from the node cache and the origin only")
 	}
 
-	if d.up, err = upstream.New(cfg.Upstream, log.With("part", "upstream")); err != nil {
+	if d.up, err = registry.New(cfg.Upstream, log.With("part", "upstream")); err != nil {
 		return nil, fmt.Errorf("upstream client: %w", err)
 	}
 	d.onClose(func() error { d.up.Close(); return nil })

@@ -2,7 +2,7 @@
 // libp2p host (peer/host), the node cache shared with the mount daemons
 // (peer/cache), the chunk exchange server that lets other peers read that
 // cache (peer/exchange), the scheduler client (scheduler/client), the
-// upstream registry client (proxy/upstream), the Node that fetches chunks
+// upstream registry client (rafs/registry), the Node that fetches chunks
 // from cache, peers and origin (peer), and the HTTP endpoint that mounts
 // and registry clients use (proxy).
 //

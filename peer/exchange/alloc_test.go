@@ -7,8 +7,8 @@ import (
 	"runtime"
 	"testing"
 
-	"damselfly/peer/piece"
 	"damselfly/rafs"
+	"damselfly/rafs/piece"
 )
 
 // allocated returns the bytes f allocates per call, by the runtime's

@@ -15,8 +15,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 
-	"damselfly/peer/piece"
 	"damselfly/rafs"
+	"damselfly/rafs/piece"
 )
 
 // TableProtocolID is the piece table exchange (peer/PROTOCOL.md): a peer

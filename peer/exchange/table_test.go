@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/peer/piece"
 	"damselfly/rafs"
+	"damselfly/rafs/piece"
 )
 
 func testTable(t testing.TB, size int) *piece.Table {

@@ -17,14 +17,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/registry"
+	gcrregistry "github.com/google/go-containerregistry/pkg/registry"
 
 	"damselfly/peer/daemon"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
 	"damselfly/rafs/convert"
 	"damselfly/rafs/image"
 	"damselfly/rafs/rafstest"
+	"damselfly/rafs/registry"
 )
 
 // preheatRegistry is an in-process registry that counts the blob bytes
@@ -43,7 +43,7 @@ type preheatRegistry struct {
 
 func newPreheatRegistry(t *testing.T) *preheatRegistry {
 	t.Helper()
-	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	reg := gcrregistry.New(gcrregistry.Logger(log.New(io.Discard, "", 0)))
 	p := &preheatRegistry{}
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ranged := r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") && r.Header.Get("Range") != ""
@@ -313,8 +313,8 @@ func mustJSON(t *testing.T, v any) string {
 }
 
 // upstreamRef is where reg's test image's blobs are.
-func upstreamRef(reg *preheatRegistry) upstream.Ref {
-	return upstream.Ref{Registry: reg.srv.URL, Repo: "test/app"}
+func upstreamRef(reg *preheatRegistry) registry.Ref {
+	return registry.Ref{Registry: reg.srv.URL, Repo: "test/app"}
 }
 
 // poll calls cond until it holds, failing t after 30 s.

@@ -1,4 +1,4 @@
-package upstream
+package registry
 
 // Ref says where a blob comes from when no peer holds it: the origin
 // registry, the repository, and the client's credentials for it.

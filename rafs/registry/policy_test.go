@@ -1,4 +1,4 @@
-package upstream_test
+package registry_test
 
 import (
 	"errors"
@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // A registry whose blob GETs redirect to target, counting them.
@@ -46,10 +46,10 @@ func TestRedirectPolicy(t *testing.T) {
 			t.Parallel()
 			var gets atomic.Int32
 			reg := redirectingRegistry(t, tc.target, &gets)
-			c := newClient(t, func(c *upstream.Config) { c.RetryLimit = 3 })
+			c := newClient(t, func(c *registry.Config) { c.RetryLimit = 3 })
 			p := make([]byte, 10)
-			err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "app"}, blob, 0, p)
-			if !errors.Is(err, upstream.ErrRefused) || upstream.IsTransient(err) {
+			err := c.ReadRange(testCtx(t), registry.Ref{Registry: reg.URL, Repo: "app"}, blob, 0, p)
+			if !errors.Is(err, registry.ErrRefused) || registry.IsTransient(err) {
 				t.Errorf("got %v, want a permanent ErrRefused", err)
 			}
 			if n := gets.Load(); n != 1 {
@@ -59,7 +59,7 @@ func TestRedirectPolicy(t *testing.T) {
 			// the redirect's body.
 			rec := httptest.NewRecorder()
 			req := httptest.NewRequest(http.MethodGet, "/v2/app/blobs/"+blob.String(), nil)
-			if _, err := c.Forward(testCtx(t), rec, req, upstream.Ref{Registry: reg.URL, Repo: "app"}, "/v2/app/blobs/"+blob.String()); !errors.Is(err, upstream.ErrRefused) {
+			if _, err := c.Forward(testCtx(t), rec, req, registry.Ref{Registry: reg.URL, Repo: "app"}, "/v2/app/blobs/"+blob.String()); !errors.Is(err, registry.ErrRefused) {
 				t.Errorf("Forward: got %v, want ErrRefused", err)
 			}
 			if rec.Code != http.StatusBadGateway || strings.Contains(rec.Body.String(), "SECRET") {
@@ -82,7 +82,7 @@ func TestRedirectToLoopbackFollowed(t *testing.T) {
 	reg := redirectingRegistry(t, store.URL+"/b", &gets)
 	c := newClient(t, nil)
 	p := make([]byte, 4)
-	if err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "app"}, rafs.Digest{1}, 2, p); err != nil || string(p) != "2345" {
+	if err := c.ReadRange(testCtx(t), registry.Ref{Registry: reg.URL, Repo: "app"}, rafs.Digest{1}, 2, p); err != nil || string(p) != "2345" {
 		t.Errorf("got %q, %v; want 2345", p, err)
 	}
 }
@@ -94,7 +94,7 @@ func TestRedirectErrorsHideSignatures(t *testing.T) {
 	var gets atomic.Int32
 	reg := redirectingRegistry(t, "http://storage.example.test/blob?X-Amz-Signature=SECRETSIG&X-Amz-Credential=AKIA", &gets)
 	c := newClient(t, nil)
-	err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "app"}, rafs.Digest{1}, 0, make([]byte, 4))
+	err := c.ReadRange(testCtx(t), registry.Ref{Registry: reg.URL, Repo: "app"}, rafs.Digest{1}, 0, make([]byte, 4))
 	if err == nil || strings.Contains(err.Error(), "SECRETSIG") || strings.Contains(err.Error(), "AKIA") {
 		t.Errorf("got %v, want an error without the storage URL's query", err)
 	}

@@ -1,7 +1,8 @@
-// Package regtest runs registries for the proxy's tests: go-containerregistry's
-// in-process registry under httptest, optionally behind a bearer-token
-// server, with a hook to inject faults. It is test support only.
-package regtest
+// Package registrytest runs registries for tests of the registry client
+// and of its users: go-containerregistry's in-process registry under
+// httptest, optionally behind a bearer-token server, with a hook to
+// inject faults. It is test support only.
+package registrytest
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package regtest
+package registrytest
 
 import "github.com/google/go-containerregistry/pkg/authn"
 

@@ -1,4 +1,4 @@
-package upstream_test
+package registry_test
 
 import (
 	"bytes"
@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/proxy/internal/regtest"
-	"damselfly/proxy/upstream"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
+	"damselfly/rafs/registry/registrytest"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -28,14 +28,14 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func newClient(t *testing.T, mod func(*upstream.Config)) *upstream.Client {
+func newClient(t *testing.T, mod func(*registry.Config)) *registry.Client {
 	t.Helper()
-	cfg := upstream.Default()
+	cfg := registry.Default()
 	cfg.Timeout = 10 * time.Second
 	if mod != nil {
 		mod(&cfg)
 	}
-	c, err := upstream.New(cfg, nil)
+	c, err := registry.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,12 +54,12 @@ func randBytes(seed uint64, n int) []byte {
 
 func TestReadRange(t *testing.T) {
 	t.Parallel()
-	reg := regtest.New(t, nil)
+	reg := registrytest.New(t, nil)
 	data := randBytes(1, 100<<10)
 	d := reg.PushBlob(t, "lib/app", data)
 	c := newClient(t, nil)
 	ctx := testCtx(t)
-	ref := upstream.Ref{Registry: reg.URL, Repo: "lib/app"}
+	ref := registry.Ref{Registry: reg.URL, Repo: "lib/app"}
 	for _, tc := range []struct{ off, n int }{{0, 1}, {0, len(data)}, {12345, 4096}, {len(data) - 10, 10}} {
 		p := make([]byte, tc.n)
 		if err := c.ReadRange(ctx, ref, d, int64(tc.off), p); err != nil {
@@ -71,29 +71,29 @@ func TestReadRange(t *testing.T) {
 	}
 
 	err := c.ReadRange(ctx, ref, d, int64(len(data)-5), make([]byte, 10))
-	if !errors.Is(err, upstream.ErrRange) || upstream.IsTransient(err) {
+	if !errors.Is(err, registry.ErrRange) || registry.IsTransient(err) {
 		t.Errorf("range past the end: got %v, want permanent ErrRange", err)
 	}
 
 	var missing rafs.Digest
 	missing[0] = 1
 	err = c.ReadRange(ctx, ref, missing, 0, make([]byte, 10))
-	var se *upstream.StatusError
-	if !errors.As(err, &se) || se.Code != http.StatusNotFound || upstream.IsTransient(err) {
+	var se *registry.StatusError
+	if !errors.As(err, &se) || se.Code != http.StatusNotFound || registry.IsTransient(err) {
 		t.Errorf("missing blob: got %v, want permanent 404", err)
 	}
 
-	if err := c.ReadRange(ctx, upstream.Ref{Registry: reg.URL, Repo: "Bad/../x"}, d, 0, make([]byte, 1)); err == nil {
+	if err := c.ReadRange(ctx, registry.Ref{Registry: reg.URL, Repo: "Bad/../x"}, d, 0, make([]byte, 1)); err == nil {
 		t.Error("bad repository name: got nil error")
 	}
-	if err := c.ReadRange(ctx, upstream.Ref{Registry: "http://192.0.2.1:5000", Repo: "a"}, d, 0, make([]byte, 1)); err == nil {
+	if err := c.ReadRange(ctx, registry.Ref{Registry: "http://192.0.2.1:5000", Repo: "a"}, d, 0, make([]byte, 1)); err == nil {
 		t.Error("plain http to a remote host: got nil error")
 	}
 }
 
 func TestReadRangeRetriesTransient(t *testing.T) {
 	t.Parallel()
-	reg := regtest.New(t, nil)
+	reg := registrytest.New(t, nil)
 	data := randBytes(2, 10<<10)
 	d := reg.PushBlob(t, "app", data)
 	var fail atomic.Int32
@@ -106,10 +106,10 @@ func TestReadRangeRetriesTransient(t *testing.T) {
 		return false
 	})
 	ctx := testCtx(t)
-	ref := upstream.Ref{Registry: reg.URL, Repo: "app"}
+	ref := registry.Ref{Registry: reg.URL, Repo: "app"}
 
 	fail.Store(2)
-	c := newClient(t, func(c *upstream.Config) { c.RetryLimit = 3 })
+	c := newClient(t, func(c *registry.Config) { c.RetryLimit = 3 })
 	p := make([]byte, 100)
 	if err := c.ReadRange(ctx, ref, d, 50, p); err != nil {
 		t.Fatalf("two 503s then success, RetryLimit 3: %v", err)
@@ -119,10 +119,10 @@ func TestReadRangeRetriesTransient(t *testing.T) {
 	}
 
 	fail.Store(5)
-	c = newClient(t, func(c *upstream.Config) { c.RetryLimit = 1 })
+	c = newClient(t, func(c *registry.Config) { c.RetryLimit = 1 })
 	err := c.ReadRange(ctx, ref, d, 50, p)
-	var se *upstream.StatusError
-	if !errors.As(err, &se) || se.Code != http.StatusServiceUnavailable || !upstream.IsTransient(err) {
+	var se *registry.StatusError
+	if !errors.As(err, &se) || se.Code != http.StatusServiceUnavailable || !registry.IsTransient(err) {
 		t.Errorf("503s beyond RetryLimit: got %v, want a transient 503", err)
 	}
 }
@@ -131,7 +131,7 @@ func TestReadRangeRetriesTransient(t *testing.T) {
 // response cut short asks only for the bytes not yet reported.
 func TestReadRangeFuncResumes(t *testing.T) {
 	t.Parallel()
-	reg := regtest.New(t, nil)
+	reg := registrytest.New(t, nil)
 	data := randBytes(3, 256<<10)
 	d := reg.PushBlob(t, "app", data)
 	const off, n, cut = 1000, 200 << 10, 70 << 10
@@ -155,10 +155,10 @@ func TestReadRangeFuncResumes(t *testing.T) {
 		w.Write(data[off : off+cut]) // and end: the body is cut short
 		return true
 	})
-	c := newClient(t, func(c *upstream.Config) { c.RetryLimit = 2 })
+	c := newClient(t, func(c *registry.Config) { c.RetryLimit = 2 })
 	p := make([]byte, n)
 	var reported []int
-	err := c.ReadRangeFunc(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "app"}, d, off, p, func(k int) {
+	err := c.ReadRangeFunc(testCtx(t), registry.Ref{Registry: reg.URL, Repo: "app"}, d, off, p, func(k int) {
 		if len(reported) > 0 && k <= reported[len(reported)-1] {
 			t.Errorf("progress went from %d to %d", reported[len(reported)-1], k)
 		}
@@ -187,16 +187,16 @@ func TestReadRangeFuncResumes(t *testing.T) {
 func TestReadRangeFollowsRedirect(t *testing.T) {
 	t.Parallel()
 	data := randBytes(3, 20<<10)
-	storage := regtest.New(t, nil) // stands in for blob storage on another host
+	storage := registrytest.New(t, nil) // stands in for blob storage on another host
 	d := storage.PushBlob(t, "store", data)
 	var sawAuth atomic.Value
 	storage.SetIntercept(func(w http.ResponseWriter, r *http.Request) bool {
 		sawAuth.Store(r.Header.Get("Authorization"))
 		return false
 	})
-	reg := regtest.New(t, &regtest.Auth{User: "u", Pass: "p"})
+	reg := registrytest.New(t, &registrytest.Auth{User: "u", Pass: "p"})
 	reg.SetIntercept(func(w http.ResponseWriter, r *http.Request) bool {
-		if strings.Contains(r.URL.Path, "/blobs/") && r.Header.Get("Authorization") == "Bearer "+regtest.Token {
+		if strings.Contains(r.URL.Path, "/blobs/") && r.Header.Get("Authorization") == "Bearer "+registrytest.Token {
 			http.Redirect(w, r, storage.URL+"/v2/store/blobs/"+d.String(), http.StatusTemporaryRedirect)
 			return true
 		}
@@ -204,7 +204,7 @@ func TestReadRangeFollowsRedirect(t *testing.T) {
 	})
 	c := newClient(t, nil)
 	p := make([]byte, 1000)
-	ref := upstream.Ref{Registry: reg.URL, Repo: "app", Authorization: reg.BasicAuth()}
+	ref := registry.Ref{Registry: reg.URL, Repo: "app", Authorization: reg.BasicAuth()}
 	if err := c.ReadRange(testCtx(t), ref, d, 777, p); err != nil {
 		t.Fatal(err)
 	}
@@ -218,12 +218,12 @@ func TestReadRangeFollowsRedirect(t *testing.T) {
 
 func TestReadRangeBearerAuth(t *testing.T) {
 	t.Parallel()
-	reg := regtest.New(t, &regtest.Auth{User: "alice", Pass: "s3cret"})
+	reg := registrytest.New(t, &registrytest.Auth{User: "alice", Pass: "s3cret"})
 	data := randBytes(4, 5000)
 	d := reg.PushBlob(t, "team/app", data)
 	ctx := testCtx(t)
 	c := newClient(t, nil)
-	ref := upstream.Ref{Registry: reg.URL, Repo: "team/app", Authorization: reg.BasicAuth()}
+	ref := registry.Ref{Registry: reg.URL, Repo: "team/app", Authorization: reg.BasicAuth()}
 	before := reg.TokenFetches.Load()
 	for i := range 3 {
 		p := make([]byte, 100)
@@ -240,15 +240,15 @@ func TestReadRangeBearerAuth(t *testing.T) {
 
 	// A client's bearer token is forwarded as it is.
 	p := make([]byte, 10)
-	if err := c.ReadRange(ctx, upstream.Ref{Registry: reg.URL, Repo: "team/app", Authorization: "Bearer " + regtest.Token}, d, 0, p); err != nil {
+	if err := c.ReadRange(ctx, registry.Ref{Registry: reg.URL, Repo: "team/app", Authorization: "Bearer " + registrytest.Token}, d, 0, p); err != nil {
 		t.Errorf("client bearer token: %v", err)
 	}
 
 	// Wrong or missing credentials: a permanent 401.
 	for _, authz := range []string{"", "Basic " + "d3Jvbmc6d3Jvbmc=", "Bearer nope"} {
-		err := c.ReadRange(ctx, upstream.Ref{Registry: reg.URL, Repo: "team/app", Authorization: authz}, d, 0, p)
-		var se *upstream.StatusError
-		if !errors.As(err, &se) || se.Code != http.StatusUnauthorized || upstream.IsTransient(err) {
+		err := c.ReadRange(ctx, registry.Ref{Registry: reg.URL, Repo: "team/app", Authorization: authz}, d, 0, p)
+		var se *registry.StatusError
+		if !errors.As(err, &se) || se.Code != http.StatusUnauthorized || registry.IsTransient(err) {
 			t.Errorf("Authorization %q: got %v, want a permanent 401", authz, err)
 		}
 	}
@@ -256,12 +256,12 @@ func TestReadRangeBearerAuth(t *testing.T) {
 
 func TestReadRangeAnonymousToken(t *testing.T) {
 	t.Parallel()
-	reg := regtest.New(t, &regtest.Auth{User: "u", Pass: "p", Anonymous: true})
+	reg := registrytest.New(t, &registrytest.Auth{User: "u", Pass: "p", Anonymous: true})
 	data := randBytes(5, 300)
 	d := reg.PushBlob(t, "pub", data)
 	c := newClient(t, nil)
 	p := make([]byte, 300)
-	if err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "pub"}, d, 0, p); err != nil {
+	if err := c.ReadRange(testCtx(t), registry.Ref{Registry: reg.URL, Repo: "pub"}, d, 0, p); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(p, data) {
@@ -271,7 +271,7 @@ func TestReadRangeAnonymousToken(t *testing.T) {
 
 func TestReadRangeNodeCredentials(t *testing.T) {
 	t.Parallel()
-	reg := regtest.New(t, &regtest.Auth{User: "node", Pass: "pw"})
+	reg := registrytest.New(t, &registrytest.Auth{User: "node", Pass: "pw"})
 	data := randBytes(6, 300)
 	d := reg.PushBlob(t, "priv", data)
 	cfgFile := filepath.Join(t.TempDir(), "config.json")
@@ -280,22 +280,22 @@ func TestReadRangeNodeCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := make([]byte, 300)
-	c := newClient(t, func(c *upstream.Config) { c.DockerConfigFile = cfgFile })
-	if err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "priv"}, d, 0, p); err == nil {
+	c := newClient(t, func(c *registry.Config) { c.DockerConfigFile = cfgFile })
+	if err := c.ReadRange(testCtx(t), registry.Ref{Registry: reg.URL, Repo: "priv"}, d, 0, p); err == nil {
 		t.Error("node credentials not lent: got nil error, want 401")
 	}
-	c = newClient(t, func(c *upstream.Config) { c.DockerConfigFile = cfgFile; c.LendNodeCredentials = []string{reg.Host} })
-	if err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "priv"}, d, 0, p); err != nil {
+	c = newClient(t, func(c *registry.Config) { c.DockerConfigFile = cfgFile; c.LendNodeCredentials = []string{reg.Host} })
+	if err := c.ReadRange(testCtx(t), registry.Ref{Registry: reg.URL, Repo: "priv"}, d, 0, p); err != nil {
 		t.Fatalf("with node credentials lent: %v", err)
 	}
 	if !bytes.Equal(p, data) {
 		t.Error("bytes differ")
 	}
-	c = newClient(t, func(c *upstream.Config) {
+	c = newClient(t, func(c *registry.Config) {
 		c.DockerConfigFile = filepath.Join(t.TempDir(), "missing.json")
 		c.LendNodeCredentials = []string{reg.Host}
 	})
-	if err := c.ReadRange(testCtx(t), upstream.Ref{Registry: reg.URL, Repo: "priv"}, d, 0, p); err == nil {
+	if err := c.ReadRange(testCtx(t), registry.Ref{Registry: reg.URL, Repo: "priv"}, d, 0, p); err == nil {
 		t.Error("without node credentials: got nil error, want 401")
 	}
 }

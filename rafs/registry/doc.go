@@ -1,4 +1,4 @@
-// Package upstream is the peer's client of origin registries: ranged blob
+// Package registry is the client of origin registries: ranged blob
 // reads for chunks no peer holds (ReadRange), and pass-through of
 // distribution API requests for the mirror (Forward).
 //
@@ -15,4 +15,4 @@
 // retries), challenge.go, token.go and creds.go (authentication),
 // read.go (ReadRange), forward.go (Forward), names.go (name grammar),
 // errors.go.
-package upstream
+package registry
