@@ -16,6 +16,7 @@ import (
 	"damselfly/peer/cache"
 	peerproxy "damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/image"
 	"damselfly/rafs/rafstest"
 	"damselfly/rafs/registry"
@@ -289,23 +290,23 @@ type mountPeer struct {
 	midway  atomic.Int64 // failures injected after delivering part of a batch
 }
 
-func (p *mountPeer) ReadChunks(ctx context.Context, up peerproxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (p *mountPeer) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	for i, c := range chunks {
 		if o := int64(c.Ordinal) + 1; p.failAt.Load() == o && p.failAt.CompareAndSwap(o, 0) {
 			if i > 0 {
 				p.midway.Add(1)
 			}
-			return &peerproxy.ChunkError{Index: i, Transient: true, Err: errors.New("injected: no peer holds it, origin busy")}
+			return &chunkapi.ChunkError{Index: i, Transient: true, Err: errors.New("injected: no peer holds it, origin busy")}
 		}
 		stored := make([]byte, c.CompressedSize)
 		if err := p.up.ReadRange(ctx, up, blob, int64(c.CompressedOffset), stored); err != nil {
-			return &peerproxy.ChunkError{Index: i, Transient: registry.IsTransient(err), Err: err}
+			return &chunkapi.ChunkError{Index: i, Transient: registry.IsTransient(err), Err: err}
 		}
 		if o := int64(c.Ordinal) + 1; p.corrupt.Load() == o && p.corrupt.CompareAndSwap(o, 0) {
 			stored[len(stored)/2] ^= 0x55
 		} else if err := rafs.DecodeChunk(c, stored, make([]byte, c.Size)); err != nil {
-			return &peerproxy.ChunkError{Index: i, Err: err}
+			return &chunkapi.ChunkError{Index: i, Err: err}
 		}
 		p.served.Add(1) // before deliver: it returns after the client may have read it all
 		if err := deliver(i, c, stored); err != nil {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"damselfly/peer/cache"
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )
 
@@ -33,9 +33,9 @@ func readOne(ctx context.Context, n *Node, up registry.Ref, blob rafs.Digest, c 
 // wantPermanent fails unless err names chunk 0 as failed for good.
 func wantPermanent(t *testing.T, what string, err error) {
 	t.Helper()
-	var ce *proxy.ChunkError
+	var ce *chunkapi.ChunkError
 	if !errors.As(err, &ce) {
-		t.Fatalf("%s: got %v, want a *proxy.ChunkError", what, err)
+		t.Fatalf("%s: got %v, want a *chunkapi.ChunkError", what, err)
 	}
 	if ce.Transient {
 		t.Errorf("%s: got a transient error (%v), want a permanent one", what, err)

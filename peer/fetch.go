@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"damselfly/peer/cache"
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // Bounds of the retry loop of a batch.
@@ -27,7 +27,7 @@ var errNoSource = errors.New("no peer holds it and the origin did not serve it")
 // by ordinal, and what the current round achieved.
 type group struct {
 	blob    rafs.Digest
-	up      proxy.Upstream
+	up      registry.Ref
 	keeping *sync.WaitGroup // the fetch's cache writes in the background
 
 	// all are the group's flights by ordinal, pending or not; set
@@ -117,7 +117,7 @@ func (g *group) left() int {
 
 // fetch gets the chunks of the flights it leads and finishes every one of
 // them, with its bytes or an error, before it returns.
-func (n *Node) fetch(ctx context.Context, up proxy.Upstream, blob rafs.Digest, lead []*flight) {
+func (n *Node) fetch(ctx context.Context, up registry.Ref, blob rafs.Digest, lead []*flight) {
 	all := lead
 	var keeping sync.WaitGroup
 	defer func() {

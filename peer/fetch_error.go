@@ -3,13 +3,13 @@ package peer
 import (
 	"fmt"
 
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 )
 
 // chunkError is ReadChunks' error for chunk i, which was not delivered.
 func chunkError(i int, transient bool, err error) error {
-	return &proxy.ChunkError{Index: i, Transient: transient, Err: err}
+	return &chunkapi.ChunkError{Index: i, Transient: transient, Err: err}
 }
 
 // checkChunk refuses a chunk description no blob can hold, before

@@ -3,8 +3,8 @@ package peer
 import (
 	"context"
 
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // flight is one chunk being fetched, keyed in Node.flights by the chunk's
@@ -43,7 +43,7 @@ type batch struct {
 // progress for their keys (the chunk's digest and algorithm, up's source,
 // blob and the chunk's description) and starting one fetch for the rest.
 // Every flight returned holds a reference that leave releases.
-func (n *Node) join(up proxy.Upstream, blob rafs.Digest, cs []rafs.Chunk) []*flight {
+func (n *Node) join(up registry.Ref, blob rafs.Digest, cs []rafs.Chunk) []*flight {
 	ctx, cancel := context.WithCancel(n.life)
 	b := &batch{cancel: cancel}
 	out := make([]*flight, len(cs))

@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"damselfly/peer/cache"
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // ReadChunks implements proxy.ChunkSource. Chunks the node cache holds
@@ -15,8 +15,8 @@ import (
 // arrive early wait in memory for their turn. A fetched chunk is
 // delivered once it is cached and announced. A chunk nobody can serve is
 // retried until NodeConfig.FetchDeadline passes without progress; the
-// error then wraps a *proxy.ChunkError naming it.
-func (n *Node) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+// error then wraps a *chunkapi.ChunkError naming it.
+func (n *Node) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	return n.readChunks(ctx, up, blob, chunks, true, deliver)
 }
@@ -24,14 +24,14 @@ func (n *Node) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Dige
 // ReadChunksEarly implements proxy.EarlyChunkSource: it is ReadChunks
 // delivering each fetched chunk as soon as it is verified, while this
 // node caches and announces it.
-func (n *Node) ReadChunksEarly(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (n *Node) ReadChunksEarly(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	return n.readChunks(ctx, up, blob, chunks, false, deliver)
 }
 
 // readChunks is ReadChunks, which waits until a fetched chunk is kept
 // (cached and announced) before delivering it when waitKept is set.
-func (n *Node) readChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk, waitKept bool,
+func (n *Node) readChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk, waitKept bool,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	if len(chunks) == 0 {
 		return nil

@@ -5,18 +5,18 @@ import (
 	"encoding/binary"
 
 	"damselfly/peer/cache"
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // sourceKey names where a read's chunks come from when no peer holds
 // them: the registry, the repository and the credentials of its
-// proxy.Upstream, hashed (SHA-256, each field length-prefixed) so that no
+// registry.Ref, hashed (SHA-256, each field length-prefixed) so that no
 // map of the node holds a client's Authorization header in clear.
 type sourceKey [sha256.Size]byte
 
 // sourceOf is up's sourceKey.
-func sourceOf(up proxy.Upstream) sourceKey {
+func sourceOf(up registry.Ref) sourceKey {
 	h := sha256.New()
 	for _, s := range []string{up.Registry, up.Repo, up.Authorization} {
 		var n [8]byte

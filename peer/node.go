@@ -13,7 +13,6 @@ import (
 
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
-	"damselfly/proxy"
 	"damselfly/rafs"
 	"damselfly/rafs/registry"
 )
@@ -73,8 +72,6 @@ type Node struct {
 	slow    map[lpeer.ID]time.Time // peers cut off for making no progress
 	closed  bool
 }
-
-var _ proxy.EarlyChunkSource = (*Node)(nil)
 
 // NewNode returns a Node that fetches over h and keeps chunks in c. r may
 // be nil: the node then uses no scheduler and goes to peers it learnt of

@@ -13,8 +13,8 @@ import (
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 
 	"damselfly/peer/cache"
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 )
 
 func TestPeerServesWhatAnotherRead(t *testing.T) {
@@ -86,9 +86,9 @@ func TestOriginDownNobodyHolds(t *testing.T) {
 	st, key := newScheduler(t), clusterKey(t)
 	a := newNode(t, key, st, nodeOpts{cfg: func(c *NodeConfig) { c.FetchDeadline = 500 * time.Millisecond }})
 	err := readAll(testCtx(t), a.Node, o.ref(), img.blob, img.chunks[2:5])
-	var ce *proxy.ChunkError
+	var ce *chunkapi.ChunkError
 	if !errors.As(err, &ce) {
-		t.Fatalf("got %v, want a *proxy.ChunkError", err)
+		t.Fatalf("got %v, want a *chunkapi.ChunkError", err)
 	}
 	if ce.Index != 0 || !ce.Transient {
 		t.Errorf("got %+v, want index 0, transient", ce)
@@ -111,7 +111,7 @@ func TestOriginPermanentErrorFailsAtOnce(t *testing.T) {
 	// A deadline no test waits for: only a permanent error ends this read.
 	a := newNode(t, key, st, nodeOpts{cfg: func(c *NodeConfig) { c.FetchDeadline = time.Hour }})
 	err := readAll(testCtx(t), a.Node, o.ref(), img.blob, img.chunks[:3])
-	var ce *proxy.ChunkError
+	var ce *chunkapi.ChunkError
 	if !errors.As(err, &ce) || ce.Index != 0 || ce.Transient {
 		t.Fatalf("got %v, want a permanent ChunkError for chunk 0", err)
 	}
@@ -394,7 +394,7 @@ func TestBadRequestChunk(t *testing.T) {
 	cs := slices.Clone(img.chunks[:2])
 	cs[1].Size = rafs.MaxChunkSize + 1
 	err := readAll(testCtx(t), a.Node, o.ref(), img.blob, cs)
-	var ce *proxy.ChunkError
+	var ce *chunkapi.ChunkError
 	if !errors.As(err, &ce) || ce.Index != 1 || ce.Transient {
 		t.Fatalf("got %v, want a permanent ChunkError for chunk 1", err)
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/scheduler"
 )
 
@@ -62,7 +62,7 @@ func TestCachedChunkOfAnotherBlobNotServed(t *testing.T) {
 			got++
 			return nil
 		})
-		var ce *proxy.ChunkError
+		var ce *chunkapi.ChunkError
 		if got != 0 || err == nil || !errors.As(err, &ce) || ce.Transient {
 			t.Errorf("a private chunk named as part of the public blob, read on %s: delivered %d, err %v; want none and a permanent error",
 				map[*node]string{a: "a (which caches it)", b: "b (whose parent a caches it)"}[n], got, err)

@@ -12,7 +12,6 @@ import (
 
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
-	"damselfly/proxy"
 	"damselfly/rafs"
 	"damselfly/rafs/piece"
 	"damselfly/rafs/registry"
@@ -76,8 +75,6 @@ const (
 	maxTableSources  = 3    // holders asked for a table before the origin
 	maxPendingTables = 4096 // tables from peers awaiting their blob's check
 )
-
-var _ proxy.BlobSource = (*Node)(nil)
 
 // plainState is the node's piece tables. Safe for concurrent use.
 type plainState struct {
@@ -245,7 +242,7 @@ func (p *plainState) takeTurn(blob rafs.Digest) bool {
 // learnt them recently). A peer that answers with a broken table is
 // avoided. When the Router gives this node the turn to fetch the first
 // piece from origin, the turn is kept for the RecordBlob that follows.
-func (n *Node) PieceTable(ctx context.Context, up proxy.Upstream, blob rafs.Digest, askPeers bool) (*piece.Table, bool) {
+func (n *Node) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Digest, askPeers bool) (*piece.Table, bool) {
 	if t := n.plain.get(blob); t != nil {
 		return t, true
 	}
@@ -344,7 +341,7 @@ func (n *Node) dropPieces(blob rafs.Digest, t *piece.Table) {
 // ReadPieces implements proxy.BlobSource: ReadChunks of pieces [first,
 // last) of t, under the blob's plain key. With a nil deliver only the
 // pieces the node cache does not hold are fetched (into the cache).
-func (n *Node) ReadPieces(ctx context.Context, up proxy.Upstream, t *piece.Table, first, last int,
+func (n *Node) ReadPieces(ctx context.Context, up registry.Ref, t *piece.Table, first, last int,
 	deliver func(i int, c rafs.Chunk, b []byte) error) error {
 	cs := t.Chunks(first, last)
 	if deliver == nil {
@@ -366,7 +363,7 @@ func (n *Node) ReadPieces(ctx context.Context, up proxy.Upstream, t *piece.Table
 // so the entry is true whatever the blob turns out to be); only when the
 // whole blob matched its digest are the pieces recorded as held,
 // announced, and the table kept.
-func (n *Node) RecordBlob(up proxy.Upstream, blob rafs.Digest) proxy.BlobRecorder {
+func (n *Node) RecordBlob(up registry.Ref, blob rafs.Digest) piece.Recorder {
 	rec := &recorder{n: n, blob: blob}
 	b, err := piece.NewBuilder(blob, n.cfg.PieceSize, func(i int, d rafs.Digest, p []byte) {
 		c := rafs.Chunk{Digest: d, Ordinal: uint32(i), CompressedOffset: uint64(int64(i) * n.cfg.PieceSize),
@@ -385,7 +382,7 @@ func (n *Node) RecordBlob(up proxy.Upstream, blob rafs.Digest) proxy.BlobRecorde
 	return rec
 }
 
-// recorder is RecordBlob's BlobRecorder.
+// recorder is RecordBlob's piece.Recorder.
 type recorder struct {
 	n      *Node
 	blob   rafs.Digest

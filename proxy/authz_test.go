@@ -11,6 +11,7 @@ import (
 
 	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 	"damselfly/rafs/registry/registrytest"
 )
@@ -25,7 +26,7 @@ type nodeCacheSource struct {
 	stored map[rafs.Digest][]byte
 }
 
-func (s *nodeCacheSource) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (s *nodeCacheSource) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	for i, c := range chunks {
 		s.mu.Lock()
@@ -37,7 +38,7 @@ func (s *nodeCacheSource) ReadChunks(ctx context.Context, up proxy.Upstream, blo
 				return nil
 			})
 			if err != nil {
-				return &proxy.ChunkError{Index: i, Err: err}
+				return &chunkapi.ChunkError{Index: i, Err: err}
 			}
 			s.mu.Lock()
 			s.stored[c.Digest] = b
@@ -64,20 +65,20 @@ func TestBatchOnlyForClientsTheRegistryAllows(t *testing.T) {
 	img := buildImage(t, e.reg, "private/app")
 	pub := buildImage(t, e.reg, "public/app") // the same content: same chunks
 	cc := proxy.NewChunkClient(e.url, nil)
-	alice := proxy.Upstream{Registry: e.reg.URL, Repo: "private/app", Authorization: e.reg.BasicAuth()}
+	alice := registry.Ref{Registry: e.reg.URL, Repo: "private/app", Authorization: e.reg.BasicAuth()}
 	if n, err := readAll(t, cc, alice, img, img.chunks); err != nil || n != len(img.chunks) {
 		t.Fatalf("alice: delivered %d of %d, err %v", n, len(img.chunks), err)
 	}
 	wrong := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:wrong"))
 	for _, tc := range []struct {
 		name string
-		up   proxy.Upstream
+		up   registry.Ref
 		want string // in the error
 	}{
-		{"no credentials", proxy.Upstream{Registry: e.reg.URL, Repo: "private/app"}, "404"},
-		{"wrong password", proxy.Upstream{Registry: e.reg.URL, Repo: "private/app", Authorization: wrong}, "401"},
-		{"bogus token", proxy.Upstream{Registry: e.reg.URL, Repo: "private/app", Authorization: "Bearer forged"}, "401"},
-		{"another repository", proxy.Upstream{Registry: e.reg.URL, Repo: "public/other"}, "404"},
+		{"no credentials", registry.Ref{Registry: e.reg.URL, Repo: "private/app"}, "404"},
+		{"wrong password", registry.Ref{Registry: e.reg.URL, Repo: "private/app", Authorization: wrong}, "401"},
+		{"bogus token", registry.Ref{Registry: e.reg.URL, Repo: "private/app", Authorization: "Bearer forged"}, "401"},
+		{"another repository", registry.Ref{Registry: e.reg.URL, Repo: "public/other"}, "404"},
 	} {
 		n, err := readAll(t, cc, tc.up, img, img.chunks)
 		if n != 0 || err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -86,7 +87,7 @@ func TestBatchOnlyForClientsTheRegistryAllows(t *testing.T) {
 	}
 	// The same chunks in a repository anonymous clients may read are
 	// theirs: what they are allowed to read, not the cache, decides.
-	anonPub := proxy.Upstream{Registry: e.reg.URL, Repo: "public/app"}
+	anonPub := registry.Ref{Registry: e.reg.URL, Repo: "public/app"}
 	if n, err := readAll(t, cc, anonPub, pub, pub.chunks); err != nil || n != len(pub.chunks) {
 		t.Errorf("anonymous, public repository: delivered %d of %d, err %v", n, len(pub.chunks), err)
 	}
@@ -118,7 +119,7 @@ func TestBatchThroughAnOutage(t *testing.T) {
 	})
 	img := buildImage(t, e.reg, "private/app")
 	mount := proxy.NewChunkClient(e.url, nil) // keeps its grant
-	alice := proxy.Upstream{Registry: e.reg.URL, Repo: "private/app", Authorization: e.reg.BasicAuth()}
+	alice := registry.Ref{Registry: e.reg.URL, Repo: "private/app", Authorization: e.reg.BasicAuth()}
 	if n, err := readAll(t, mount, alice, img, img.chunks); err != nil || n != len(img.chunks) {
 		t.Fatalf("before the outage: delivered %d of %d, err %v", n, len(img.chunks), err)
 	}
@@ -127,7 +128,7 @@ func TestBatchThroughAnOutage(t *testing.T) {
 		t.Errorf("the mount, during the outage, verdict gone stale: delivered %d of %d, err %v", n, len(img.chunks), err)
 	}
 	stranger := proxy.NewChunkClient(e.url, nil)
-	for _, up := range []proxy.Upstream{{Registry: e.reg.URL, Repo: "private/app"}, alice} {
+	for _, up := range []registry.Ref{{Registry: e.reg.URL, Repo: "private/app"}, alice} {
 		n, err := readAll(t, stranger, up, img, img.chunks)
 		if ce := chunkErr(t, err); n != 0 || ce.Transient || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "not authorised") {
 			t.Errorf("a client with no grant (credentials: %v) during the outage: delivered %d, err %v; want a permanent 403 naming why", up.Authorization != "", n, err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )
 
@@ -190,7 +191,7 @@ func (s *Server) serveChunks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	transient := registry.IsTransient(err)
-	var ce *ChunkError
+	var ce *chunkapi.ChunkError
 	if errors.As(err, &ce) {
 		transient = ce.Transient
 	}

@@ -19,7 +19,7 @@ import (
 
 // readAll reads chunks through a ChunkClient, checking each delivered
 // chunk, and returns how many were delivered and the error.
-func readAll(t *testing.T, cc *proxy.ChunkClient, up proxy.Upstream, img image, chunks []rafs.Chunk) (int, error) {
+func readAll(t *testing.T, cc *proxy.ChunkClient, up registry.Ref, img image, chunks []rafs.Chunk) (int, error) {
 	t.Helper()
 	n := 0
 	plain := make([]byte, rafs.MaxChunkSize)
@@ -47,7 +47,7 @@ func TestChunkClientRoundTrip(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	img := buildImage(t, e.reg, "rafs/app")
 	cc := proxy.NewChunkClient(e.url, nil)
-	up := proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}
+	up := registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}
 
 	n, err := readAll(t, cc, up, img, img.chunks)
 	if err != nil || n != len(img.chunks) {
@@ -88,7 +88,7 @@ func TestChunkClientAuthForwarded(t *testing.T) {
 	e := newEnv(t, envOptions{auth: &registrytest.Auth{User: "bob", Pass: "pw"}})
 	img := buildImage(t, e.reg, "rafs/priv")
 	cc := proxy.NewChunkClient(e.url, nil)
-	up := proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/priv", Authorization: e.reg.BasicAuth()}
+	up := registry.Ref{Registry: e.reg.URL, Repo: "rafs/priv", Authorization: e.reg.BasicAuth()}
 	if n, err := readAll(t, cc, up, img, img.chunks[:3]); err != nil || n != 3 {
 		t.Errorf("with forwarded credentials: delivered %d, err %v", n, err)
 	}
@@ -106,7 +106,7 @@ func TestChunkClientRefusesCorruptChunk(t *testing.T) {
 	}})
 	img := buildImage(t, e.reg, "rafs/app")
 	cc := proxy.NewChunkClient(e.url, nil)
-	n, err := readAll(t, cc, proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks)
+	n, err := readAll(t, cc, registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks)
 	ce := chunkErr(t, err)
 	if n != 2 || ce.Index != 2 || ce.Transient || !errors.Is(err, rafs.ErrDigestMismatch) {
 		t.Errorf("corrupt chunk 2: delivered %d, error %v; want 2 delivered and a permanent digest mismatch at 2", n, err)
@@ -118,7 +118,7 @@ func TestBatchFailsMidway(t *testing.T) {
 	e := newEnv(t, envOptions{upCfg: func(c *registry.Config) { c.RetryLimit = 1 }})
 	img := buildImage(t, e.reg, "rafs/app")
 	cc := proxy.NewChunkClient(e.url, nil)
-	up := proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}
+	up := registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}
 
 	// Permanent: chunk 3 names a digest its bytes do not have, so the
 	// source's verification fails.
@@ -223,14 +223,14 @@ func TestChunkClientProxyDown(t *testing.T) {
 	}
 	ln.Close()
 	cc := proxy.NewChunkClient("http://"+ln.Addr().String(), nil)
-	_, err = readAll(t, cc, proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks[:2])
+	_, err = readAll(t, cc, registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks[:2])
 	if ce := chunkErr(t, err); ce.Index != 0 || !ce.Transient {
 		t.Errorf("proxy down: got %v, want a transient error at 0", err)
 	}
 	// The client refuses what the endpoint would, naming the chunk.
 	bad := append([]rafs.Chunk(nil), img.chunks[:3]...)
 	bad[1].Size = 0
-	_, err = readAll(t, proxy.NewChunkClient(e.url, nil), proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}, img, bad)
+	_, err = readAll(t, proxy.NewChunkClient(e.url, nil), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, bad)
 	if ce := chunkErr(t, err); ce.Index != 1 || ce.Transient {
 		t.Errorf("bad chunk 1: got %v, want a permanent error at 1", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )
 
@@ -79,12 +80,12 @@ func (cc *ChunkClient) keepGrant(k grantKey, g string) {
 // chunk is decoded and verified with rafs.DecodeChunk before deliver sees
 // it; the c given to deliver carries the flags and stored size the proxy
 // sent. Errors wrap a
-// *ChunkError naming the first chunk not delivered: Transient for network
+// *chunkapi.ChunkError naming the first chunk not delivered: Transient for network
 // failures, proxy or upstream 5xx/429 and a response cut short; not for
 // upstream 4xx, a chunk that fails verification (the proxy sent bad
 // bytes: try another source) or a malformed response. An error from
 // deliver is returned as it is.
-func (cc *ChunkClient) ReadChunks(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (cc *ChunkClient) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	return cc.ReadChunksDecoded(ctx, up, blob, chunks, func(i int, c rafs.Chunk, stored, _ []byte) error {
 		return deliver(i, c, stored)
@@ -96,11 +97,11 @@ func (cc *ChunkClient) ReadChunks(ctx context.Context, up Upstream, blob rafs.Di
 // against c.Digest, so that the caller need not decode and hash the chunk
 // again. stored and plain are valid only during the call: the client
 // reuses both buffers for the next chunk.
-func (cc *ChunkClient) ReadChunksDecoded(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (cc *ChunkClient) ReadChunksDecoded(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored, plain []byte) error) error {
 	for i, c := range chunks {
 		if err := checkChunk(c); err != nil {
-			return &ChunkError{Index: i, Err: err}
+			return &chunkapi.ChunkError{Index: i, Err: err}
 		}
 	}
 	var stored, plain []byte
@@ -141,7 +142,7 @@ func checkChunk(c rafs.Chunk) error {
 
 // batch reads chunks[start:end] in one request. stored and plain are
 // scratch buffers, returned grown.
-func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk, start, end int,
+func (cc *ChunkClient) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk, start, end int,
 	stored, plain []byte, deliver func(i int, c rafs.Chunk, stored, plain []byte) error) ([]byte, []byte, error) {
 	req := batchRequest{Repo: up.Repo, Blob: blob.String(), Chunks: make([]batchChunk, 0, end-start)}
 	for _, c := range chunks[start:end] {
@@ -152,11 +153,11 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return stored, plain, &ChunkError{Index: start, Err: err}
+		return stored, plain, &chunkapi.ChunkError{Index: start, Err: err}
 	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, cc.url, bytes.NewReader(body))
 	if err != nil {
-		return stored, plain, &ChunkError{Index: start, Err: err}
+		return stored, plain, &chunkapi.ChunkError{Index: start, Err: err}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", ContentTypeChunksV2+", "+ContentTypeChunks)
@@ -172,25 +173,25 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 	}
 	resp, err := cc.hc.Do(hreq)
 	if err != nil {
-		return stored, plain, &ChunkError{Index: start, Transient: ctx.Err() == nil, Err: fmt.Errorf("batch request: %w", err)}
+		return stored, plain, &chunkapi.ChunkError{Index: start, Transient: ctx.Err() == nil, Err: fmt.Errorf("batch request: %w", err)}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorMessage))
 		se := &registry.StatusError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(msg))}
-		return stored, plain, &ChunkError{Index: start, Transient: se.Transient(), Err: fmt.Errorf("proxy: %w", se)}
+		return stored, plain, &chunkapi.ChunkError{Index: start, Transient: se.Transient(), Err: fmt.Errorf("proxy: %w", se)}
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != ContentTypeChunks && mt != ContentTypeChunksV2 {
-		return stored, plain, &ChunkError{Index: start, Err: fmt.Errorf("%w: content type %q", errProtocol, resp.Header.Get("Content-Type"))}
+		return stored, plain, &chunkapi.ChunkError{Index: start, Err: fmt.Errorf("%w: content type %q", errProtocol, resp.Header.Get("Content-Type"))}
 	}
 	cc.keepGrant(gk, resp.Header.Get(HeaderGrant))
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
-	readErr := func(i int, err error) *ChunkError {
+	readErr := func(i int, err error) *chunkapi.ChunkError {
 		transient := !errors.Is(err, errProtocol) && ctx.Err() == nil
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF // the response ended before this chunk
 		}
-		return &ChunkError{Index: i, Transient: transient, Err: fmt.Errorf("batch response: %w", err)}
+		return &chunkapi.ChunkError{Index: i, Transient: transient, Err: fmt.Errorf("batch response: %w", err)}
 	}
 	for i := start; i < end; i++ {
 		f, err := readFrameHead(br)
@@ -214,7 +215,7 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 				stored = p
 			}
 			if errors.Is(err, rafs.ErrDigestMismatch) {
-				return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
+				return stored, plain, &chunkapi.ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
 			} else if err != nil {
 				return stored, plain, readErr(i, unexpected(err))
 			}
@@ -224,10 +225,10 @@ func (cc *ChunkClient) batch(ctx context.Context, up Upstream, blob rafs.Digest,
 				return stored, plain, readErr(i, unexpected(err))
 			}
 			if f.failed {
-				return stored, plain, &ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
+				return stored, plain, &chunkapi.ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
 			}
 			if err := rafs.VerifyChunk(c, p, &plain); err != nil {
-				return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
+				return stored, plain, &chunkapi.ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
 			}
 		}
 		dec := p

@@ -22,7 +22,7 @@ func TestChunkClientDecoded(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	img := buildImage(t, e.reg, "rafs/app")
 	cc := proxy.NewChunkClient(e.url, nil)
-	up := proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}
+	up := registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}
 
 	var stored [][]byte
 	next := 0
@@ -73,7 +73,7 @@ func TestChunkClientDecodedRefusesCorrupt(t *testing.T) {
 	img := buildImage(t, e.reg, "rafs/app")
 	cc := proxy.NewChunkClient(e.url, nil)
 	n := 0
-	err := cc.ReadChunksDecoded(testCtx(t), proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}, img.blob, img.chunks,
+	err := cc.ReadChunksDecoded(testCtx(t), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img.blob, img.chunks,
 		func(i int, c rafs.Chunk, _, plain []byte) error {
 			if c.Algo().Sum(plain) != c.Digest {
 				t.Errorf("chunk %d handed over with the wrong content", i)
@@ -95,7 +95,7 @@ func TestChunkClientDecodedDeliverError(t *testing.T) {
 	cc := proxy.NewChunkClient(e.url, nil)
 	stop := errors.New("enough")
 	n := 0
-	err := cc.ReadChunksDecoded(testCtx(t), proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}, img.blob, img.chunks,
+	err := cc.ReadChunksDecoded(testCtx(t), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img.blob, img.chunks,
 		func(int, rafs.Chunk, []byte, []byte) error {
 			n++
 			if n == 2 {
@@ -126,7 +126,7 @@ func TestChunkClientReusesConnection(t *testing.T) {
 	}}
 	t.Cleanup(tr.CloseIdleConnections)
 	cc := proxy.NewChunkClient(e.url, &http.Client{Transport: tr})
-	up := proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}
+	up := registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}
 	for i, c := range img.chunks[:4] {
 		err := cc.ReadChunks(testCtx(t), up, img.blob, []rafs.Chunk{c}, func(int, rafs.Chunk, []byte) error {
 			taken <- struct{}{}
@@ -148,7 +148,7 @@ type lingeringSource struct {
 	release chan struct{}
 }
 
-func (s *lingeringSource) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (s *lingeringSource) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	if err := s.inner.ReadChunks(ctx, up, blob, chunks, deliver); err != nil {
 		return err

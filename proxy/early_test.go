@@ -25,7 +25,7 @@ type earlySource struct {
 	early atomic.Int32 // calls of ReadChunksEarly
 }
 
-func (s *earlySource) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (s *earlySource) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	return s.inner.ReadChunks(ctx, up, blob, chunks, func(i int, c rafs.Chunk, stored []byte) error {
 		if err := s.keepOne(ctx); err != nil {
@@ -35,7 +35,7 @@ func (s *earlySource) ReadChunks(ctx context.Context, up proxy.Upstream, blob ra
 	})
 }
 
-func (s *earlySource) ReadChunksEarly(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (s *earlySource) ReadChunksEarly(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	s.early.Add(1)
 	return s.inner.ReadChunks(ctx, up, blob, chunks, func(i int, c rafs.Chunk, stored []byte) error {
@@ -130,7 +130,7 @@ func TestChunkClientReadsV2(t *testing.T) {
 		return src
 	}})
 	img := buildImage(t, e.reg, "rafs/app")
-	n, err := readAll(t, proxy.NewChunkClient(e.url, nil), proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks)
+	n, err := readAll(t, proxy.NewChunkClient(e.url, nil), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks)
 	if err != nil || n != len(img.chunks) {
 		t.Errorf("got %d chunks and %v, want all %d", n, err, len(img.chunks))
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // allocated runs f and returns the bytes allocated meanwhile (by the
@@ -52,7 +53,7 @@ func TestChunkClientAllocatesWhatArrives(t *testing.T) {
 		cc := NewChunkClient(srv.URL, nil)
 		var err error
 		got := allocated(func() {
-			err = cc.ReadChunks(context.Background(), Upstream{Repo: "a"}, rafs.Digest{2}, []rafs.Chunk{c}, func(int, rafs.Chunk, []byte) error { return nil })
+			err = cc.ReadChunks(context.Background(), registry.Ref{Repo: "a"}, rafs.Digest{2}, []rafs.Chunk{c}, func(int, rafs.Chunk, []byte) error { return nil })
 		})
 		srv.Close()
 		if err == nil {

@@ -121,7 +121,7 @@ func (s *Server) serveGrants(w http.ResponseWriter, r *http.Request) {
 // send them, so that they go on while the registry is down. It returns
 // an error naming the blobs the proxy refused, if any (the others'
 // grants are kept all the same).
-func (cc *ChunkClient) Authorize(ctx context.Context, up Upstream, blobs []rafs.Digest) error {
+func (cc *ChunkClient) Authorize(ctx context.Context, up registry.Ref, blobs []rafs.Digest) error {
 	if len(blobs) == 0 {
 		return nil
 	}
@@ -135,7 +135,7 @@ func (cc *ChunkClient) Authorize(ctx context.Context, up Upstream, blobs []rafs.
 	return errors.Join(errs...)
 }
 
-func (cc *ChunkClient) authorize(ctx context.Context, up Upstream, blobs []rafs.Digest) error {
+func (cc *ChunkClient) authorize(ctx context.Context, up registry.Ref, blobs []rafs.Digest) error {
 	req := grantsRequest{Repo: up.Repo}
 	for _, b := range blobs {
 		req.Blobs = append(req.Blobs, b.String())

@@ -22,6 +22,7 @@ import (
 
 	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 	"damselfly/rafs/registry/registrytest"
 )
@@ -141,7 +142,7 @@ func (s *registrySource) keep(key string, stored []byte) {
 	s.cache[key] = stored
 }
 
-func (s *registrySource) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (s *registrySource) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	var plain []byte
 	for i, c := range chunks {
@@ -156,11 +157,11 @@ func (s *registrySource) ReadChunks(ctx context.Context, up proxy.Upstream, blob
 		}
 		stored := make([]byte, c.CompressedSize)
 		if err := s.up.ReadRange(ctx, up, blob, int64(c.CompressedOffset), stored); err != nil {
-			return &proxy.ChunkError{Index: i, Transient: registry.IsTransient(err), Err: err}
+			return &chunkapi.ChunkError{Index: i, Transient: registry.IsTransient(err), Err: err}
 		}
 		plain = append(plain[:0], make([]byte, c.Size)...)
 		if err := rafs.DecodeChunk(c, stored, plain); err != nil {
-			return &proxy.ChunkError{Index: i, Err: err}
+			return &chunkapi.ChunkError{Index: i, Err: err}
 		}
 		s.keep(key, stored)
 		if err := deliver(i, c, stored); err != nil {
@@ -177,7 +178,7 @@ type corruptingSource struct {
 	at    int
 }
 
-func (s *corruptingSource) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (s *corruptingSource) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	return s.inner.ReadChunks(ctx, up, blob, chunks, func(i int, c rafs.Chunk, stored []byte) error {
 		if i == s.at {
@@ -293,11 +294,11 @@ func (e *env) post(t *testing.T, body []byte, hdr map[string]string) (int, []byt
 	return resp.StatusCode, out
 }
 
-func chunkErr(t *testing.T, err error) *proxy.ChunkError {
+func chunkErr(t *testing.T, err error) *chunkapi.ChunkError {
 	t.Helper()
-	var ce *proxy.ChunkError
+	var ce *chunkapi.ChunkError
 	if !errors.As(err, &ce) {
-		t.Fatalf("got %v, want a *ChunkError", err)
+		t.Fatalf("got %v, want a *chunkapi.ChunkError", err)
 	}
 	return ce
 }

@@ -40,7 +40,7 @@ var errNothingSent = errors.New("no piece served")
 //     itself checked against the whole blob;
 //   - otherwise, and whenever the pieces fail before a byte was sent, the
 //     GET passes through to the origin as before; a whole-blob pass-through
-//     is recorded (BlobRecorder), so that after its digest matched the
+//     is recorded (piece.Recorder), so that after its digest matched the
 //     node serves the blob's pieces to peers.
 func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, bs BlobSource, ref registry.Ref, path string, blob rafs.Digest) {
 	rng := r.Header.Get("Range")
@@ -83,7 +83,7 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, bs BlobSource
 // the blob can count on other nodes finding it.
 type recordingWriter struct {
 	http.ResponseWriter
-	rec      BlobRecorder
+	rec      piece.Recorder
 	log      *slog.Logger
 	blob     rafs.Digest
 	code     int
@@ -139,7 +139,7 @@ func blobHeaders(h http.Header, t *piece.Table, n int64) {
 // as a broken transfer (fewer bytes than Content-Length) and retries;
 // the retry goes to the origin, since the table is gone. A failure before
 // the first byte returns errNothingSent.
-func (s *Server) servePieces(w http.ResponseWriter, r *http.Request, bs BlobSource, up Upstream, t *piece.Table, verified bool) error {
+func (s *Server) servePieces(w http.ResponseWriter, r *http.Request, bs BlobSource, up registry.Ref, t *piece.Table, verified bool) error {
 	ctx := r.Context()
 	whole := sha256.New()
 	sent := false
@@ -199,7 +199,7 @@ func (s *Server) servePieces(w http.ResponseWriter, r *http.Request, bs BlobSour
 // serveRange sends bytes [off, end) of a blob from the pieces that cover
 // them, each verified against t (which this node has checked against the
 // whole blob).
-func (s *Server) serveRange(w http.ResponseWriter, r *http.Request, bs BlobSource, up Upstream, t *piece.Table, off, end int64) error {
+func (s *Server) serveRange(w http.ResponseWriter, r *http.Request, bs BlobSource, up registry.Ref, t *piece.Table, off, end int64) error {
 	first, last := t.Covering(off, end)
 	sent := false
 	err := bs.ReadPieces(r.Context(), up, t, first, last, func(i int, c rafs.Chunk, b []byte) error {
@@ -265,7 +265,7 @@ func parseRange(h string, size int64) (off, end int64, ok bool) {
 // as many exchange streams.
 type piecePrefetch struct {
 	bs     BlobSource
-	up     Upstream
+	up     registry.Ref
 	t      *piece.Table
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -273,7 +273,7 @@ type piecePrefetch struct {
 	wg     sync.WaitGroup
 }
 
-func newPrefetch(ctx context.Context, bs BlobSource, up Upstream, t *piece.Table) *piecePrefetch {
+func newPrefetch(ctx context.Context, bs BlobSource, up registry.Ref, t *piece.Table) *piecePrefetch {
 	ctx, cancel := context.WithCancel(ctx)
 	return &piecePrefetch{bs: bs, up: up, t: t, ctx: ctx, cancel: cancel, next: piecesPerRead}
 }

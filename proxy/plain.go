@@ -2,10 +2,10 @@ package proxy
 
 import (
 	"context"
-	"io"
 
 	"damselfly/rafs"
 	"damselfly/rafs/piece"
+	"damselfly/rafs/registry"
 )
 
 // BlobSource is the optional capability of a ChunkSource to serve plain
@@ -22,7 +22,7 @@ type BlobSource interface {
 	// must then report with SettleTable whether the whole blob read
 	// through it matched. nil means no table: read the blob from the
 	// origin, through RecordBlob. It blocks at most until ctx is done.
-	PieceTable(ctx context.Context, up Upstream, blob rafs.Digest, askPeers bool) (t *piece.Table, verified bool)
+	PieceTable(ctx context.Context, up registry.Ref, blob rafs.Digest, askPeers bool) (t *piece.Table, verified bool)
 	// SettleTable says whether the whole of blob, read through a table
 	// PieceTable returned unverified, matched the blob digest.
 	SettleTable(blob rafs.Digest, t *piece.Table, matched bool)
@@ -30,22 +30,9 @@ type BlobSource interface {
 	// reads chunks: deliver gets each piece's bytes, in order, after they
 	// matched the table's digest. A nil deliver only fetches the pieces
 	// the node does not hold, so that a later read finds them.
-	ReadPieces(ctx context.Context, up Upstream, t *piece.Table, first, last int,
+	ReadPieces(ctx context.Context, up registry.Ref, t *piece.Table, first, last int,
 		deliver func(i int, c rafs.Chunk, b []byte) error) error
 	// RecordBlob returns a recorder for blob's bytes as they stream from
 	// the origin, in order from the first.
-	RecordBlob(up Upstream, blob rafs.Digest) BlobRecorder
-}
-
-// BlobRecorder takes a blob's bytes from the origin and, once the whole
-// blob matched its digest, keeps its pieces for peers. Write never fails
-// (a recorder that cannot keep the blob says so in Finish). Not safe for
-// concurrent use.
-type BlobRecorder interface {
-	io.Writer
-	// Finish ends the recording. With complete (every byte of the blob
-	// was written), the node checks the blob digest and, if it matches,
-	// keeps and announces the pieces; otherwise, or without complete, it
-	// drops them. It returns why the blob was not kept.
-	Finish(complete bool) error
+	RecordBlob(up registry.Ref, blob rafs.Digest) piece.Recorder
 }

@@ -16,6 +16,7 @@ import (
 
 	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )
 
@@ -138,12 +139,12 @@ type slowSource struct {
 	wait  time.Duration
 }
 
-func (s *slowSource) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (s *slowSource) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	select {
 	case <-time.After(s.wait):
 	case <-ctx.Done():
-		return &proxy.ChunkError{Index: 0, Err: fmt.Errorf("request cancelled while waiting: %w", ctx.Err())}
+		return &chunkapi.ChunkError{Index: 0, Err: fmt.Errorf("request cancelled while waiting: %w", ctx.Err())}
 	}
 	return s.inner.ReadChunks(ctx, up, blob, chunks, deliver)
 }
@@ -157,7 +158,7 @@ func TestLongBatchOutlivesReadTimeout(t *testing.T) {
 		},
 	})
 	img := buildImage(t, e.reg, "rafs/app")
-	n, err := readAll(t, proxy.NewChunkClient(e.url, nil), proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks[:2])
+	n, err := readAll(t, proxy.NewChunkClient(e.url, nil), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks[:2])
 	if err != nil || n != 2 {
 		t.Errorf("batch longer than ReadTimeout: delivered %d, err %v", n, err)
 	}
@@ -169,7 +170,7 @@ type doneSource struct {
 	done  chan error
 }
 
-func (s *doneSource) ReadChunks(ctx context.Context, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (s *doneSource) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	err := s.inner.ReadChunks(ctx, up, blob, chunks, deliver)
 	s.done <- err

@@ -7,9 +7,6 @@ import (
 	"damselfly/rafs/registry"
 )
 
-// Upstream says where a blob comes from when no peer holds it.
-type Upstream = registry.Ref
-
 // ChunkSource serves verified chunks of RAFS blobs: the peer's node
 // (peer.Node) implements it, getting each chunk from the node cache, then
 // other peers, then the origin registry.
@@ -20,10 +17,10 @@ type ChunkSource interface {
 	// chunk's digest. c.Flags and c.CompressedSize describe stored as
 	// delivered (a peer may hold the other form). stored is valid only
 	// during the call. An error from deliver stops ReadChunks and is
-	// returned. On failure, the error wraps a *ChunkError naming the
+	// returned. On failure, the error wraps a *chunkapi.ChunkError naming the
 	// first chunk not delivered; chunks before it were delivered.
 	// Safe for concurrent use.
-	ReadChunks(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+	ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 		deliver func(i int, c rafs.Chunk, stored []byte) error) error
 }
 
@@ -38,6 +35,6 @@ type EarlyChunkSource interface {
 	// fetched is delivered once verified, possibly before it is in the
 	// node cache: the source puts it there itself, so the caller need not
 	// (and, sharing the cache, should not).
-	ReadChunksEarly(ctx context.Context, up Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+	ReadChunksEarly(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 		deliver func(i int, c rafs.Chunk, stored []byte) error) error
 }

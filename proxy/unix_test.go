@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"damselfly/proxy"
+	"damselfly/rafs/registry"
 )
 
 func TestSocketPath(t *testing.T) {
@@ -49,7 +50,7 @@ func TestChunksOverUnixSocket(t *testing.T) {
 		t.Fatalf("the unix endpoint's base URL is the TCP one, %s", base)
 	}
 	cc := proxy.NewChunkClient(base, &http.Client{Transport: tr})
-	up := proxy.Upstream{Registry: e.reg.URL, Repo: "rafs/unix"}
+	up := registry.Ref{Registry: e.reg.URL, Repo: "rafs/unix"}
 	if n, err := readAll(t, cc, up, img, img.chunks); err != nil || n != len(img.chunks) {
 		t.Fatalf("delivered %d of %d chunks, err %v", n, len(img.chunks), err)
 	}

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	peerproxy "damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // DeliverFunc receives the i-th chunk of a run with its stored bytes. c
@@ -265,7 +265,7 @@ func (b *Backend) attemptChunks(ctx context.Context, src Source, blob rafs.Blob,
 // a proxy without that endpoint, go to cnt without them.
 func (p *proxy) readDecodedChunks(ctx context.Context, reg *regClient, blob rafs.Blob, chunks []rafs.Chunk, base int, cnt *counter) error {
 	if !p.noBatch.Load() {
-		up := peerproxy.Upstream{Registry: reg.origin(), Repo: reg.repo.RepositoryStr(), Authorization: reg.authorization()}
+		up := registry.Ref{Registry: reg.origin(), Repo: reg.repo.RepositoryStr(), Authorization: reg.authorization()}
 		var delivered int
 		err := p.chunks.ReadChunksDecoded(ctx, up, blob.Digest, chunks, func(i int, c rafs.Chunk, stored, plain []byte) error {
 			delivered = i + 1

@@ -17,6 +17,7 @@ import (
 
 	peerproxy "damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )
 
@@ -349,22 +350,22 @@ type testPeer struct {
 	firsts   sync.Map     // ordinal of each request's first chunk -> true
 }
 
-func (p *testPeer) ReadChunks(ctx context.Context, up peerproxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk,
+func (p *testPeer) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	p.requests.Add(1)
 	p.firsts.Store(chunks[0].Ordinal, true)
 	for i, c := range chunks {
 		if int64(c.Ordinal)+1 == p.failAt.Load() && p.failAt.CompareAndSwap(int64(c.Ordinal)+1, 0) {
-			return &peerproxy.ChunkError{Index: i, Transient: !p.failPerm, Err: errors.New("injected failure")}
+			return &chunkapi.ChunkError{Index: i, Transient: !p.failPerm, Err: errors.New("injected failure")}
 		}
 		stored := make([]byte, c.CompressedSize)
 		if err := p.up.ReadRange(ctx, up, blob, int64(c.CompressedOffset), stored); err != nil {
-			return &peerproxy.ChunkError{Index: i, Transient: registry.IsTransient(err), Err: err}
+			return &chunkapi.ChunkError{Index: i, Transient: registry.IsTransient(err), Err: err}
 		}
 		if int64(c.Ordinal)+1 == p.corrupt.Load() {
 			stored[len(stored)/2] ^= 0x55
 		} else if err := rafs.DecodeChunk(c, stored, make([]byte, c.Size)); err != nil {
-			return &peerproxy.ChunkError{Index: i, Err: err}
+			return &chunkapi.ChunkError{Index: i, Err: err}
 		}
 		if p.compress && !c.Compressed() {
 			enc, err := zstd.NewWriter(nil)
@@ -556,7 +557,7 @@ func TestReadChunksCorruptNoFallback(t *testing.T) {
 	b := newBackend(t, cfg)
 	c := &collector{t: t}
 	_, err := b.ReadChunksFrom(t.Context(), cb.blob, cb.chunks, c.deliver(cb))
-	var ce *peerproxy.ChunkError
+	var ce *chunkapi.ChunkError
 	if !errors.Is(err, rafs.ErrDigestMismatch) || !errors.As(err, &ce) {
 		t.Fatalf("got %v, want a ChunkError wrapping a digest mismatch", err)
 	}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
-	peerproxy "damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // Authorize asks the node's peer for grants for blobs (the image's), with
@@ -26,7 +26,7 @@ func (b *Backend) Authorize(ctx context.Context, blobs []rafs.Digest) error {
 			return fmt.Errorf("grants: credentials: %w", err)
 		}
 	}
-	up := peerproxy.Upstream{Registry: b.reg.origin(), Repo: b.reg.repo.RepositoryStr(), Authorization: b.reg.authorization()}
+	up := registry.Ref{Registry: b.reg.origin(), Repo: b.reg.repo.RepositoryStr(), Authorization: b.reg.authorization()}
 	return b.proxy.chunks.Authorize(ctx, up, blobs)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	peerproxy "damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )
 
@@ -139,7 +140,7 @@ func (p *proxy) probe(ctx context.Context) error {
 // request itself with 404, 405 or 501: it does not speak the protocol.
 func noBatchEndpoint(err error) bool {
 	var (
-		ce *peerproxy.ChunkError
+		ce *chunkapi.ChunkError
 		se *registry.StatusError
 	)
 	if !errors.As(err, &ce) || !errors.As(ce.Err, &se) {
@@ -152,7 +153,7 @@ func noBatchEndpoint(err error) bool {
 // read loop. deliver's own errors pass through unchanged.
 func chunkErr(err error) error {
 	var (
-		ce *peerproxy.ChunkError
+		ce *chunkapi.ChunkError
 		de *deliverError
 	)
 	if err == nil || errors.As(err, &de) || !errors.As(err, &ce) || ce.Transient {

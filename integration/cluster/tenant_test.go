@@ -20,6 +20,7 @@ import (
 	"damselfly/rafs"
 	rafsimage "damselfly/rafs/image"
 	"damselfly/rafs/rafstest"
+	regclient "damselfly/rafs/registry"
 )
 
 // Private images stay private: docker-registry with htpasswd, a
@@ -104,7 +105,7 @@ func TestPrivateImagesStayPrivate(t *testing.T) {
 					}
 				}
 			}
-			up := proxy.Upstream{Registry: "http://" + n.gate.host, Repo: at.repo, Authorization: at.authz}
+			up := regclient.Ref{Registry: "http://" + n.gate.host, Repo: at.repo, Authorization: at.authz}
 			if at.registry != "" {
 				up.Registry = at.registry
 			}
@@ -124,7 +125,7 @@ func TestPrivateImagesStayPrivate(t *testing.T) {
 			t.Errorf("authorised GET of layer %d on node B: got %d and %d bytes, want 200 and the layer's %d", i, code, len(body), len(private[i]))
 		}
 	}
-	got, err := batchRead(t, b, proxy.Upstream{Registry: "http://" + b.gate.host, Repo: im.repo, Authorization: good}, rblob, rchunks)
+	got, err := batchRead(t, b, regclient.Ref{Registry: "http://" + b.gate.host, Repo: im.repo, Authorization: good}, rblob, rchunks)
 	if err != nil || got != len(rchunks) {
 		t.Errorf("authorised batch on node B: %d of %d chunks, err %v", got, len(rchunks), err)
 	}
@@ -155,7 +156,7 @@ func TestPrivateImagesStayPrivate(t *testing.T) {
 			if (code != http.StatusForbidden && code != http.StatusUnauthorized) || !strings.Contains(string(body), "not authorised") || leaks(body, private[0]) {
 				t.Errorf("node %s, credentials %v, registry down: got %d %.200q; want 401 or 403 saying it is not authorised", n.name, authz != "", code, body)
 			}
-			up := proxy.Upstream{Registry: "http://" + n.gate.host, Repo: im.repo, Authorization: authz}
+			up := regclient.Ref{Registry: "http://" + n.gate.host, Repo: im.repo, Authorization: authz}
 			if got, err := batchRead(t, n, up, rblob, rchunks); got != 0 || err == nil || !strings.Contains(err.Error(), "not authorised") {
 				t.Errorf("node %s, credentials %v, registry down, batch: got %d chunks, err %v; want a refusal saying it is not authorised", n.name, authz != "", got, err)
 			}
@@ -293,7 +294,7 @@ func mirrorDo(t *testing.T, n *node, method, path string, hdr map[string]string)
 
 // batchRead reads chunks through n's batch endpoint and returns how many
 // arrived.
-func batchRead(t *testing.T, n *node, up proxy.Upstream, blob rafs.Digest, chunks []rafs.Chunk) (int, error) {
+func batchRead(t *testing.T, n *node, up regclient.Ref, blob rafs.Digest, chunks []rafs.Chunk) (int, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -23,6 +23,12 @@ import (
 	"damselfly/scheduler/client"
 )
 
+// The node is what the proxy serves chunks and plain blobs from.
+var (
+	_ proxy.EarlyChunkSource = (*peer.Node)(nil)
+	_ proxy.BlobSource       = (*peer.Node)(nil)
+)
+
 // setupTimeout bounds starting the libp2p host.
 const setupTimeout = 30 * time.Second
 

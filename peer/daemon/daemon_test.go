@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
+	gcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -30,6 +30,7 @@ import (
 	dhost "damselfly/peer/host"
 	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 	"damselfly/scheduler/server"
 )
 
@@ -97,7 +98,7 @@ type flakyRegistry struct {
 
 func newRegistry(t *testing.T, blob []byte) *flakyRegistry {
 	t.Helper()
-	reg := registry.New(registry.Logger(nilLogger()))
+	reg := gcrregistry.New(gcrregistry.Logger(nilLogger()))
 	f := &flakyRegistry{}
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if f.down.Load() {
@@ -205,7 +206,7 @@ func startDaemon(t *testing.T, cfg Config) *Daemon {
 func readThrough(ctx context.Context, d *Daemon, reg string, img testImage) error {
 	cc := proxy.NewChunkClient(d.ProxyURL(), nil)
 	n := 0
-	err := cc.ReadChunks(ctx, proxy.Upstream{Registry: reg, Repo: "test/image"}, img.blob, img.chunks,
+	err := cc.ReadChunks(ctx, registry.Ref{Registry: reg, Repo: "test/image"}, img.blob, img.chunks,
 		func(i int, c rafs.Chunk, stored []byte) error {
 			if i != n {
 				return fmt.Errorf("got chunk %d, want %d", i, n)

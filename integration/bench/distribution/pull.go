@@ -12,6 +12,7 @@ import (
 
 	"damselfly/proxy"
 	"damselfly/rafs"
+	regclient "damselfly/rafs/registry"
 )
 
 // unit is one request of a pull: adjacent chunks of one blob.
@@ -90,7 +91,7 @@ func pull(ctx context.Context, proxyURL, repo string, us []unit, readers int, do
 						return err
 					}
 				}
-				err := cc.ReadChunks(gctx, proxy.Upstream{Repo: repo}, u.blob, u.chunks, func(_ int, _ rafs.Chunk, stored []byte) error {
+				err := cc.ReadChunks(gctx, regclient.Ref{Repo: repo}, u.blob, u.chunks, func(_ int, _ rafs.Chunk, stored []byte) error {
 					got.Add(int64(len(stored)))
 					return nil
 				})
