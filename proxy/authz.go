@@ -34,19 +34,15 @@ import (
 //   - A client holding a grant for the object (below) is allowed while
 //     the registry cannot be reached, however old its verdict.
 //
-// Grants: a batch response that the registry allowed carries HeaderGrant,
+// Grants: a batch response that the registry allowed carries chunkapi.HeaderGrant,
 // an HMAC under the node's grant key over (registry, repository, object).
-// ChunkClient keeps it and sends it back with every later request for
+// chunkapi.Client keeps it and sends it back with every later request for
 // the blob; the peer honours it only when the registry cannot be asked.
 // It lets a mount daemon that was allowed to read an image keep reading
 // it for its whole life through an outage, even after the verdict has
 // aged out or the peer restarted (the key persists in the peer's state
 // directory). A grant names no credentials: like a token, it is as good
 // as having been allowed, and is kept only in the client's memory.
-
-// HeaderGrant carries a grant (see above) on batch responses and
-// requests.
-const HeaderGrant = "X-Damselfly-Grant"
 
 // Gate tunables.
 const (
@@ -123,7 +119,7 @@ func verdictKey(ref registry.Ref, kind, object string) string {
 
 // authorize decides whether the client whose credentials ref carries may
 // have object (kind "blobs" or "manifests") of ref.Repo at ref.Registry
-// (normalised by the caller). grant is the client's HeaderGrant, if any.
+// (normalised by the caller). grant is the client's chunkapi.HeaderGrant, if any.
 func (g *gate) authorize(ctx context.Context, ref registry.Ref, kind, object, grant string) decision {
 	key := verdictKey(ref, kind, object)
 	now := g.now()

@@ -64,7 +64,7 @@ func TestBatchOnlyForClientsTheRegistryAllows(t *testing.T) {
 	}})
 	img := buildImage(t, e.reg, "private/app")
 	pub := buildImage(t, e.reg, "public/app") // the same content: same chunks
-	cc := proxy.NewChunkClient(e.url, nil)
+	cc := chunkapi.NewClient(e.url, nil)
 	alice := registry.Ref{Registry: e.reg.URL, Repo: "private/app", Authorization: e.reg.BasicAuth()}
 	if n, err := readAll(t, cc, alice, img, img.chunks); err != nil || n != len(img.chunks) {
 		t.Fatalf("alice: delivered %d of %d, err %v", n, len(img.chunks), err)
@@ -118,7 +118,7 @@ func TestBatchThroughAnOutage(t *testing.T) {
 		return false
 	})
 	img := buildImage(t, e.reg, "private/app")
-	mount := proxy.NewChunkClient(e.url, nil) // keeps its grant
+	mount := chunkapi.NewClient(e.url, nil) // keeps its grant
 	alice := registry.Ref{Registry: e.reg.URL, Repo: "private/app", Authorization: e.reg.BasicAuth()}
 	if n, err := readAll(t, mount, alice, img, img.chunks); err != nil || n != len(img.chunks) {
 		t.Fatalf("before the outage: delivered %d of %d, err %v", n, len(img.chunks), err)
@@ -127,7 +127,7 @@ func TestBatchThroughAnOutage(t *testing.T) {
 	if n, err := readAll(t, mount, alice, img, img.chunks); err != nil || n != len(img.chunks) {
 		t.Errorf("the mount, during the outage, verdict gone stale: delivered %d of %d, err %v", n, len(img.chunks), err)
 	}
-	stranger := proxy.NewChunkClient(e.url, nil)
+	stranger := chunkapi.NewClient(e.url, nil)
 	for _, up := range []registry.Ref{{Registry: e.reg.URL, Repo: "private/app"}, alice} {
 		n, err := readAll(t, stranger, up, img, img.chunks)
 		if ce := chunkErr(t, err); n != 0 || ce.Transient || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "not authorised") {
@@ -151,7 +151,7 @@ func TestVersionCheckRelaysChallenge(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln.Close()
-	code, hdr, body := e.do(t, http.MethodGet, "/v2/", map[string]string{proxy.HeaderRegistry: "http://" + ln.Addr().String()})
+	code, hdr, body := e.do(t, http.MethodGet, "/v2/", map[string]string{chunkapi.HeaderRegistry: "http://" + ln.Addr().String()})
 	if code != http.StatusOK || hdr.Get("Docker-Distribution-API-Version") != "registry/2.0" || string(body) != "{}" {
 		t.Errorf("GET /v2/ with the registry unreachable: got %d %q, want 200 {}", code, body)
 	}

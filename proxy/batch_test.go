@@ -13,13 +13,14 @@ import (
 
 	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 	"damselfly/rafs/registry/registrytest"
 )
 
-// readAll reads chunks through a ChunkClient, checking each delivered
+// readAll reads chunks through a chunkapi.Client, checking each delivered
 // chunk, and returns how many were delivered and the error.
-func readAll(t *testing.T, cc *proxy.ChunkClient, up registry.Ref, img image, chunks []rafs.Chunk) (int, error) {
+func readAll(t *testing.T, cc *chunkapi.Client, up registry.Ref, img image, chunks []rafs.Chunk) (int, error) {
 	t.Helper()
 	n := 0
 	plain := make([]byte, rafs.MaxChunkSize)
@@ -46,7 +47,7 @@ func TestChunkClientRoundTrip(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
 	img := buildImage(t, e.reg, "rafs/app")
-	cc := proxy.NewChunkClient(e.url, nil)
+	cc := chunkapi.NewClient(e.url, nil)
 	up := registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}
 
 	n, err := readAll(t, cc, up, img, img.chunks)
@@ -59,7 +60,7 @@ func TestChunkClientRoundTrip(t *testing.T) {
 		t.Errorf("mixed order: delivered %d of %d, err %v", n, len(mixed), err)
 	}
 	// More chunks than one batch holds are split into several requests.
-	many := make([]rafs.Chunk, proxy.MaxBatchChunks+10)
+	many := make([]rafs.Chunk, chunkapi.MaxBatchChunks+10)
 	for i := range many {
 		many[i] = img.chunks[i%2]
 	}
@@ -87,7 +88,7 @@ func TestChunkClientAuthForwarded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{auth: &registrytest.Auth{User: "bob", Pass: "pw"}})
 	img := buildImage(t, e.reg, "rafs/priv")
-	cc := proxy.NewChunkClient(e.url, nil)
+	cc := chunkapi.NewClient(e.url, nil)
 	up := registry.Ref{Registry: e.reg.URL, Repo: "rafs/priv", Authorization: e.reg.BasicAuth()}
 	if n, err := readAll(t, cc, up, img, img.chunks[:3]); err != nil || n != 3 {
 		t.Errorf("with forwarded credentials: delivered %d, err %v", n, err)
@@ -105,7 +106,7 @@ func TestChunkClientRefusesCorruptChunk(t *testing.T) {
 		return &corruptingSource{inner: &registrySource{up: up}, at: 2}
 	}})
 	img := buildImage(t, e.reg, "rafs/app")
-	cc := proxy.NewChunkClient(e.url, nil)
+	cc := chunkapi.NewClient(e.url, nil)
 	n, err := readAll(t, cc, registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks)
 	ce := chunkErr(t, err)
 	if n != 2 || ce.Index != 2 || ce.Transient || !errors.Is(err, rafs.ErrDigestMismatch) {
@@ -117,7 +118,7 @@ func TestBatchFailsMidway(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{upCfg: func(c *registry.Config) { c.RetryLimit = 1 }})
 	img := buildImage(t, e.reg, "rafs/app")
-	cc := proxy.NewChunkClient(e.url, nil)
+	cc := chunkapi.NewClient(e.url, nil)
 	up := registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}
 
 	// Permanent: chunk 3 names a digest its bytes do not have, so the
@@ -162,7 +163,7 @@ func TestBatchBadRequests(t *testing.T) {
 		b, _ := json.Marshal(map[string]any{"repo": repo, "blob": blob, "chunks": chunks})
 		return b
 	}
-	many := make([]map[string]any, proxy.MaxBatchChunks+1)
+	many := make([]map[string]any, chunkapi.MaxBatchChunks+1)
 	for i := range many {
 		many[i] = chunk(nil)
 	}
@@ -190,8 +191,8 @@ func TestBatchBadRequests(t *testing.T) {
 		{"negative offset", body("rafs/app", blob, chunk(func(m map[string]any) { m["offset"] = -1 })), nil},
 		{"unknown flags", body("rafs/app", blob, chunk(func(m map[string]any) { m["flags"] = 6 })), nil},
 		{"raw size mismatch", body("rafs/app", blob, chunk(func(m map[string]any) { m["flags"] = 0; m["stored"] = 10; m["size"] = 20 })), nil},
-		{"oversized body", append(body("rafs/app", blob, chunk(nil)), bytes.Repeat([]byte(" "), proxy.MaxBatchRequest)...), nil},
-		{"bad registry", body("rafs/app", blob, chunk(nil)), map[string]string{proxy.HeaderRegistry: "gopher://x"}},
+		{"oversized body", append(body("rafs/app", blob, chunk(nil)), bytes.Repeat([]byte(" "), chunkapi.MaxBatchRequest)...), nil},
+		{"bad registry", body("rafs/app", blob, chunk(nil)), map[string]string{chunkapi.HeaderRegistry: "gopher://x"}},
 	} {
 		code, msg := e.post(t, tc.body, tc.hdr)
 		if code != http.StatusBadRequest {
@@ -199,15 +200,15 @@ func TestBatchBadRequests(t *testing.T) {
 		}
 	}
 	// The same shape, valid, succeeds.
-	req, _ := http.NewRequestWithContext(testCtx(t), http.MethodPost, e.url+proxy.BatchPath, bytes.NewReader(body("rafs/app", blob, chunk(nil))))
-	req.Header.Set(proxy.HeaderRegistry, e.reg.URL)
+	req, _ := http.NewRequestWithContext(testCtx(t), http.MethodPost, e.url+chunkapi.BatchPath, bytes.NewReader(body("rafs/app", blob, chunk(nil))))
+	req.Header.Set(chunkapi.HeaderRegistry, e.reg.URL)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != proxy.ContentTypeChunks || len(out) != 9+int(c0.CompressedSize) || out[0] != 0 {
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != chunkapi.ContentTypeChunks || len(out) != 9+int(c0.CompressedSize) || out[0] != 0 {
 		t.Errorf("valid request: got %d %q, %d bytes; want 200, one ok frame of %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), len(out), 9+c0.CompressedSize)
 	}
 }
@@ -222,7 +223,7 @@ func TestChunkClientProxyDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln.Close()
-	cc := proxy.NewChunkClient("http://"+ln.Addr().String(), nil)
+	cc := chunkapi.NewClient("http://"+ln.Addr().String(), nil)
 	_, err = readAll(t, cc, registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks[:2])
 	if ce := chunkErr(t, err); ce.Index != 0 || !ce.Transient {
 		t.Errorf("proxy down: got %v, want a transient error at 0", err)
@@ -230,7 +231,7 @@ func TestChunkClientProxyDown(t *testing.T) {
 	// The client refuses what the endpoint would, naming the chunk.
 	bad := append([]rafs.Chunk(nil), img.chunks[:3]...)
 	bad[1].Size = 0
-	_, err = readAll(t, proxy.NewChunkClient(e.url, nil), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, bad)
+	_, err = readAll(t, chunkapi.NewClient(e.url, nil), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, bad)
 	if ce := chunkErr(t, err); ce.Index != 1 || ce.Transient {
 		t.Errorf("bad chunk 1: got %v, want a permanent error at 1", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )
 
@@ -21,7 +22,7 @@ func TestChunkClientDecoded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
 	img := buildImage(t, e.reg, "rafs/app")
-	cc := proxy.NewChunkClient(e.url, nil)
+	cc := chunkapi.NewClient(e.url, nil)
 	up := registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}
 
 	var stored [][]byte
@@ -71,7 +72,7 @@ func TestChunkClientDecodedRefusesCorrupt(t *testing.T) {
 		return &corruptingSource{inner: &registrySource{up: up}, at: 3}
 	}})
 	img := buildImage(t, e.reg, "rafs/app")
-	cc := proxy.NewChunkClient(e.url, nil)
+	cc := chunkapi.NewClient(e.url, nil)
 	n := 0
 	err := cc.ReadChunksDecoded(testCtx(t), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img.blob, img.chunks,
 		func(i int, c rafs.Chunk, _, plain []byte) error {
@@ -92,7 +93,7 @@ func TestChunkClientDecodedDeliverError(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
 	img := buildImage(t, e.reg, "rafs/app")
-	cc := proxy.NewChunkClient(e.url, nil)
+	cc := chunkapi.NewClient(e.url, nil)
 	stop := errors.New("enough")
 	n := 0
 	err := cc.ReadChunksDecoded(testCtx(t), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img.blob, img.chunks,
@@ -125,7 +126,7 @@ func TestChunkClientReusesConnection(t *testing.T) {
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
 	}}
 	t.Cleanup(tr.CloseIdleConnections)
-	cc := proxy.NewChunkClient(e.url, &http.Client{Transport: tr})
+	cc := chunkapi.NewClient(e.url, &http.Client{Transport: tr})
 	up := registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}
 	for i, c := range img.chunks[:4] {
 		err := cc.ReadChunks(testCtx(t), up, img.blob, []rafs.Chunk{c}, func(int, rafs.Chunk, []byte) error {

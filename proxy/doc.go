@@ -6,7 +6,7 @@
 //   - An OCI distribution API mirror (/v2/): containerd (hosts.toml),
 //     skopeo and nydusd-style daemons use it unchanged. Manifests, tags,
 //     referrers and blobs pass through to the origin registry with the
-//     client's credentials (package upstream does the talking), except
+//     client's credentials (package rafs/registry does the talking), except
 //     that a blob GET is served from peers when the node can (BlobSource,
 //     mirror_blob.go: plain blobs in pieces checked against a piece table
 //     and in full against the blob digest); the origin
@@ -16,12 +16,15 @@
 //     for many chunks of one RAFS blob at once and reads them back as a
 //     stream of frames, each sent as soon as the ChunkSource (the peer's
 //     node: cache, other peers, origin) delivers it; an EarlyChunkSource's
-//     chunks go out once verified, while the source caches them. PROTOCOL.md documents
-//     the wire format byte by byte; ChunkClient is its client side and
-//     implements ChunkSource itself, verifying every chunk it receives.
+//     chunks go out once verified, while the source caches them.
+//     PROTOCOL.md documents the wire format byte by byte; package
+//     rafs/chunkapi holds that format (requests, frames, errors) and the
+//     client, which verifies every chunk it receives, so that readers
+//     need not import this server.
 //   - /healthz and /metrics (Prometheus).
 //
 // Files: config.go (Config), server.go (listeners and lifetime), mirror.go
-// (/v2/), plain.go and mirror_blob.go (plain blobs from peers), batch.go (the batch handler and its request decoder), frame.go
-// (the response frames), client.go (ChunkClient), metrics.go.
+// (/v2/), plain.go and mirror_blob.go (plain blobs from peers), batch.go
+// (the batch handler), grants.go (the grants handler), authz.go (who may
+// read what), metrics.go.
 package proxy

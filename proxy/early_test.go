@@ -12,6 +12,7 @@ import (
 
 	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )
 
@@ -81,8 +82,8 @@ func TestBatchV2SendsBeforeKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	post := func(accept string) *http.Response {
-		req, _ := http.NewRequestWithContext(testCtx(t), http.MethodPost, e.url+proxy.BatchPath, bytes.NewReader(body))
-		req.Header.Set(proxy.HeaderRegistry, e.reg.URL)
+		req, _ := http.NewRequestWithContext(testCtx(t), http.MethodPost, e.url+chunkapi.BatchPath, bytes.NewReader(body))
+		req.Header.Set(chunkapi.HeaderRegistry, e.reg.URL)
 		if accept != "" {
 			req.Header.Set("Accept", accept)
 		}
@@ -92,9 +93,9 @@ func TestBatchV2SendsBeforeKept(t *testing.T) {
 		}
 		return resp
 	}
-	resp := post("application/json, " + proxy.ContentTypeChunksV2 + ";q=0.9")
-	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != proxy.ContentTypeChunksV2 {
-		t.Fatalf("got %d %q, want 200 %q", resp.StatusCode, ct, proxy.ContentTypeChunksV2)
+	resp := post("application/json, " + chunkapi.ContentTypeChunksV2 + ";q=0.9")
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != chunkapi.ContentTypeChunksV2 {
+		t.Fatalf("got %d %q, want 200 %q", resp.StatusCode, ct, chunkapi.ContentTypeChunksV2)
 	}
 	br := bufio.NewReader(resp.Body)
 	frame := make([]byte, 9+int(c.CompressedSize))
@@ -115,12 +116,12 @@ func TestBatchV2SendsBeforeKept(t *testing.T) {
 	resp = post("")
 	out, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != proxy.ContentTypeChunks || !bytes.Equal(out, frame) || src.kept.Load() != 2 {
-		t.Errorf("v1: got %q, %d bytes and %d chunks kept, want %q, the same ok frame, 2", ct, len(out), src.kept.Load(), proxy.ContentTypeChunks)
+	if ct := resp.Header.Get("Content-Type"); ct != chunkapi.ContentTypeChunks || !bytes.Equal(out, frame) || src.kept.Load() != 2 {
+		t.Errorf("v1: got %q, %d bytes and %d chunks kept, want %q, the same ok frame, 2", ct, len(out), src.kept.Load(), chunkapi.ContentTypeChunks)
 	}
 }
 
-// The ChunkClient asks for v2 and reads it: every chunk delivered,
+// The chunkapi.Client asks for v2 and reads it: every chunk delivered,
 // verified.
 func TestChunkClientReadsV2(t *testing.T) {
 	t.Parallel()
@@ -130,7 +131,7 @@ func TestChunkClientReadsV2(t *testing.T) {
 		return src
 	}})
 	img := buildImage(t, e.reg, "rafs/app")
-	n, err := readAll(t, proxy.NewChunkClient(e.url, nil), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks)
+	n, err := readAll(t, chunkapi.NewClient(e.url, nil), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks)
 	if err != nil || n != len(img.chunks) {
 		t.Errorf("got %d chunks and %v, want all %d", n, err, len(img.chunks))
 	}

@@ -278,7 +278,7 @@ func (e *env) do(t *testing.T, method, path string, hdr map[string]string) (int,
 // post sends a raw batch request body.
 func (e *env) post(t *testing.T, body []byte, hdr map[string]string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(testCtx(t), http.MethodPost, e.url+proxy.BatchPath, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(testCtx(t), http.MethodPost, e.url+chunkapi.BatchPath, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,15 +8,13 @@ import (
 	"strings"
 
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )
 
-// Registry-selection headers: a base URL, "https://host[:port]".
-// Dragonfly's name is accepted too, so its clients work unchanged.
-const (
-	HeaderRegistry          = "X-Damselfly-Registry"
-	HeaderDragonflyRegistry = "X-Dragonfly-Registry"
-)
+// HeaderDragonflyRegistry is Dragonfly's name for chunkapi.HeaderRegistry,
+// accepted too so that its clients work unchanged.
+const HeaderDragonflyRegistry = "X-Dragonfly-Registry"
 
 // registryFor picks the upstream registry of a request: containerd's
 // ?ns=HOST, then the registry headers, then the default.
@@ -24,7 +22,7 @@ func (s *Server) registryFor(r *http.Request) (string, error) {
 	if ns := r.URL.Query().Get("ns"); ns != "" {
 		return s.up.RegistryForHost(ns)
 	}
-	for _, h := range []string{HeaderRegistry, HeaderDragonflyRegistry} {
+	for _, h := range []string{chunkapi.HeaderRegistry, HeaderDragonflyRegistry} {
 		if v := r.Header.Get(h); v != "" {
 			return s.up.CheckRegistry(v)
 		}
@@ -55,28 +53,19 @@ func parseV2(rest string) (v2Route, string, string) {
 		}
 	case "blobs", "referrers":
 		if !registry.ValidDigest(rt.ref) {
-			return v2Route{}, "DIGEST_INVALID", "invalid digest " + quote(rt.ref)
+			return v2Route{}, "DIGEST_INVALID", "invalid digest " + registry.Quote(rt.ref)
 		}
 	case "manifests":
 		if !registry.ValidTag(rt.ref) && !registry.ValidDigest(rt.ref) {
-			return v2Route{}, "MANIFEST_INVALID", "invalid tag or digest " + quote(rt.ref)
+			return v2Route{}, "MANIFEST_INVALID", "invalid tag or digest " + registry.Quote(rt.ref)
 		}
 	default:
 		return v2Route{}, "NAME_UNKNOWN", "unknown path"
 	}
 	if !registry.ValidRepo(rt.name) {
-		return v2Route{}, "NAME_INVALID", "invalid repository name " + quote(rt.name)
+		return v2Route{}, "NAME_INVALID", "invalid repository name " + registry.Quote(rt.name)
 	}
 	return rt, "", ""
-}
-
-// quote bounds and quotes client input echoed in an error.
-func quote(s string) string {
-	if len(s) > 128 {
-		s = s[:128] + "..."
-	}
-	b, _ := json.Marshal(s)
-	return string(b)
 }
 
 // forwardedQuery lists the query parameters passed upstream, by route.

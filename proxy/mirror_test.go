@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"damselfly/proxy"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 	"damselfly/rafs/registry/registrytest"
 )
@@ -105,8 +106,8 @@ func TestBadRequests(t *testing.T) {
 		{"GET", "/v2/app/blobs/sha256:xyz", nil, 400},
 		{"GET", "/v2/app/blobs/sha256:" + strings.ToUpper(hex), nil, 400},
 		{"GET", "/v2/app/referrers/latest", nil, 400},
-		{"GET", "/v2/app/manifests/latest", map[string]string{proxy.HeaderRegistry: "ftp://x"}, 400},
-		{"GET", "/v2/app/manifests/latest", map[string]string{proxy.HeaderRegistry: "http://192.0.2.1:5000"}, 400},
+		{"GET", "/v2/app/manifests/latest", map[string]string{chunkapi.HeaderRegistry: "ftp://x"}, 400},
+		{"GET", "/v2/app/manifests/latest", map[string]string{chunkapi.HeaderRegistry: "http://192.0.2.1:5000"}, 400},
 		{"GET", "/v2/app/manifests/latest?ns=bad/host", nil, 400},
 		{"GET", "/v2/app/other/x", nil, 404},
 		{"GET", "/v2/app", nil, 404},
@@ -134,9 +135,9 @@ func TestRegistryRouting(t *testing.T) {
 		hdr  map[string]string
 	}{
 		{"ns", e2, "/v2/routed/app/manifests/r1?ns=" + other.Host, nil},
-		{"damselfly header", e, "/v2/routed/app/manifests/r1", map[string]string{proxy.HeaderRegistry: other.URL}},
+		{"damselfly header", e, "/v2/routed/app/manifests/r1", map[string]string{chunkapi.HeaderRegistry: other.URL}},
 		{"dragonfly header", e, "/v2/routed/app/manifests/r1", map[string]string{proxy.HeaderDragonflyRegistry: other.URL}},
-		{"ns wins", e2, "/v2/routed/app/manifests/r1?ns=" + other.Host, map[string]string{proxy.HeaderRegistry: e.reg.URL}},
+		{"ns wins", e2, "/v2/routed/app/manifests/r1?ns=" + other.Host, map[string]string{chunkapi.HeaderRegistry: e.reg.URL}},
 	} {
 		code, _, body := tc.e.do(t, http.MethodGet, tc.path, tc.hdr)
 		if code != http.StatusOK || !bytes.Equal(body, manifest) {
@@ -259,7 +260,7 @@ func TestPassThroughUpstreamFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln.Close() // nothing listens there now
-	code, _, _ = e.do(t, http.MethodGet, "/v2/app/manifests/v1", map[string]string{proxy.HeaderRegistry: "http://" + ln.Addr().String()})
+	code, _, _ = e.do(t, http.MethodGet, "/v2/app/manifests/v1", map[string]string{chunkapi.HeaderRegistry: "http://" + ln.Addr().String()})
 	if code != http.StatusBadGateway {
 		t.Errorf("unreachable origin: got %d, want 502", code)
 	}

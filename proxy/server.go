@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )
 
@@ -71,7 +72,7 @@ func New(cfg Config, chunks ChunkSource, up *registry.Client, reg prometheus.Reg
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	}
 	mux.Handle("POST /api/v1/chunks", m.instrument("chunks", cfg.WriteStallTimeout, http.HandlerFunc(s.serveChunks)))
-	mux.Handle("POST "+GrantsPath, m.instrument("grants", cfg.WriteStallTimeout, http.HandlerFunc(s.serveGrants)))
+	mux.Handle("POST "+chunkapi.GrantsPath, m.instrument("grants", cfg.WriteStallTimeout, http.HandlerFunc(s.serveGrants)))
 	mux.Handle("/v2/", m.instrument("v2", cfg.WriteStallTimeout, http.HandlerFunc(s.serveV2)))
 
 	s.srv = &http.Server{

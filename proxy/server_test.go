@@ -158,7 +158,7 @@ func TestLongBatchOutlivesReadTimeout(t *testing.T) {
 		},
 	})
 	img := buildImage(t, e.reg, "rafs/app")
-	n, err := readAll(t, proxy.NewChunkClient(e.url, nil), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks[:2])
+	n, err := readAll(t, chunkapi.NewClient(e.url, nil), registry.Ref{Registry: e.reg.URL, Repo: "rafs/app"}, img, img.chunks[:2])
 	if err != nil || n != 2 {
 		t.Errorf("batch longer than ReadTimeout: delivered %d, err %v", n, err)
 	}
@@ -194,7 +194,7 @@ func TestStalledReaderCutOff(t *testing.T) {
 		}
 	}
 	// 64 MiB of frames: far more than socket buffers hold.
-	n := min(proxy.MaxBatchChunks, proxy.MaxBatchBytes/int(max(big.CompressedSize, big.Size)))
+	n := min(chunkapi.MaxBatchChunks, chunkapi.MaxBatchBytes/int(max(big.CompressedSize, big.Size)))
 	chunks := make([]map[string]any, n)
 	for i := range chunks {
 		chunks[i] = map[string]any{"digest": big.Digest.String(), "offset": big.CompressedOffset, "stored": big.CompressedSize,
@@ -208,7 +208,7 @@ func TestStalledReaderCutOff(t *testing.T) {
 	}
 	defer conn.Close()
 	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s: %s\r\n\r\n",
-		proxy.BatchPath, len(body), proxy.HeaderRegistry, e.reg.URL)
+		chunkapi.BatchPath, len(body), chunkapi.HeaderRegistry, e.reg.URL)
 	if _, err := conn.Write(body); err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ type ChunkSource interface {
 // as it has verified it, before it has finished keeping it (putting it
 // in the node cache and announcing it), so that the batch endpoint sends
 // the bytes while the source writes them. The server uses it, found by
-// type assertion, for clients that accept ContentTypeChunksV2.
+// type assertion, for clients that accept chunkapi.ContentTypeChunksV2.
 type EarlyChunkSource interface {
 	ChunkSource
 	// ReadChunksEarly is ReadChunks except that a chunk the source

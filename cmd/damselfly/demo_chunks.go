@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"strings"
 
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )
 
 // proxyChunkSource reads an image's chunks through a peer's batch
 // endpoint: the library view's way to the P2P network without a mount.
 type proxyChunkSource struct {
-	cc   *proxy.ChunkClient
+	cc   *chunkapi.Client
 	up   registry.Ref
 	boot *rafs.Bootstrap
 }
@@ -31,7 +31,7 @@ func newProxyChunkSource(proxyURL, ref string, boot *rafs.Bootstrap) (*proxyChun
 	if i := strings.LastIndexAny(repo, ":@"); i >= 0 {
 		repo = repo[:i]
 	}
-	return &proxyChunkSource{cc: proxy.NewChunkClient(proxyURL, nil), up: registry.Ref{Registry: "http://" + host, Repo: repo}, boot: boot}, nil
+	return &proxyChunkSource{cc: chunkapi.NewClient(proxyURL, nil), up: registry.Ref{Registry: "http://" + host, Repo: repo}, boot: boot}, nil
 }
 
 func (s *proxyChunkSource) ReadChunk(ctx context.Context, c rafs.Chunk, dst []byte) error {

@@ -21,7 +21,7 @@ type DeliverFunc func(i int, c rafs.Chunk, stored []byte) error
 // does, and also plain and src. src is the source that delivered this
 // chunk. plain, when not nil, is the chunk's decoded content (c.Size
 // bytes), already checked against c.Digest by this process on its way
-// from the local peer's batch endpoint (proxy.ChunkClient), so the callee
+// from the local peer's batch endpoint (chunkapi.Client), so the callee
 // need not decode and hash it again, and src is SourceProxy: that peer
 // puts the chunk in its node cache itself (it may still be doing so), so
 // a callee sharing the cache need not write it; stored and plain are valid only

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"damselfly/rafs/chunkapi"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -10,8 +11,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-
-	peerproxy "damselfly/proxy"
 )
 
 // Backend types.
@@ -132,7 +131,7 @@ func (c Config) withDefaults() Config {
 		c.Proxy.CheckInterval = DefaultCheckInterval
 	}
 	if c.Proxy.URL != "" && c.Proxy.PingURL == "" {
-		if strings.HasPrefix(c.Proxy.URL, peerproxy.SchemeUnix+":") {
+		if strings.HasPrefix(c.Proxy.URL, chunkapi.SchemeUnix+":") {
 			c.Proxy.PingURL = "/healthz" // a path on the socket
 		} else {
 			c.Proxy.PingURL = strings.TrimRight(c.Proxy.URL, "/") + "/healthz"
@@ -196,7 +195,7 @@ func (c Config) validateRegistry(add func(field, format string, a ...any)) {
 			add("auth", "%v", err)
 		}
 	}
-	_, unix, unixErr := peerproxy.SocketPath(c.Proxy.URL)
+	_, unix, unixErr := chunkapi.SocketPath(c.Proxy.URL)
 	switch {
 	case unixErr != nil:
 		add("proxy.url", "%v", unixErr)

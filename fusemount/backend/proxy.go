@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	peerproxy "damselfly/proxy"
 	"damselfly/rafs"
 	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
@@ -32,8 +31,8 @@ type proxy struct {
 	client  *http.Client
 	log     *slog.Logger
 	healthy atomic.Bool
-	chunks  *peerproxy.ChunkClient // the batch endpoint
-	noBatch atomic.Bool            // the proxy answered the batch endpoint 404, 405 or 501
+	chunks  *chunkapi.Client // the batch endpoint
+	noBatch atomic.Bool      // the proxy answered the batch endpoint 404, 405 or 501
 	// closeIdle closes the idle connections of a transport of the
 	// proxy's own (a unix socket's).
 	closeIdle func()
@@ -47,17 +46,17 @@ func newProxy(cfg ProxyConfig, base http.RoundTripper, log *slog.Logger) *proxy 
 		log:       log,
 		closeIdle: func() {},
 	}
-	if _, ok, _ := peerproxy.SocketPath(cfg.URL); ok {
+	if _, ok, _ := chunkapi.SocketPath(cfg.URL); ok {
 		// Validate has checked the URL. Every request goes to the
 		// socket; ping_url is a path on it.
 		bt, _ := base.(*http.Transport)
-		u, t, _ := peerproxy.Endpoint(cfg.URL, bt)
+		u, t, _ := chunkapi.Endpoint(cfg.URL, bt)
 		p.url, p.pingURL = u, u+cfg.PingURL
 		p.client = &http.Client{Transport: t}
 		p.closeIdle = t.CloseIdleConnections
 	}
 	p.shown = RedactURL(p.url)
-	p.chunks = peerproxy.NewChunkClient(p.url, p.client)
+	p.chunks = chunkapi.NewClient(p.url, p.client)
 	// Optimistic until told otherwise: the first read tries the proxy, and
 	// a proxy that is down costs it one refused connection.
 	p.healthy.Store(true)

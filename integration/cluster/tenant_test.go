@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	rafsimage "damselfly/rafs/image"
 	"damselfly/rafs/rafstest"
 	regclient "damselfly/rafs/registry"
@@ -92,7 +92,7 @@ func TestPrivateImagesStayPrivate(t *testing.T) {
 						hdr["Authorization"] = at.authz
 					}
 					if at.registry != "" {
-						hdr[proxy.HeaderRegistry] = at.registry
+						hdr[chunkapi.HeaderRegistry] = at.registry
 					}
 					verb := method
 					if method == "Range GET" {
@@ -299,7 +299,7 @@ func batchRead(t *testing.T, n *node, up regclient.Ref, blob rafs.Digest, chunks
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	got := 0
-	err := proxy.NewChunkClient(n.proxy, nil).ReadChunks(ctx, up, blob, chunks, func(int, rafs.Chunk, []byte) error {
+	err := chunkapi.NewClient(n.proxy, nil).ReadChunks(ctx, up, blob, chunks, func(int, rafs.Chunk, []byte) error {
 		got++
 		return nil
 	})

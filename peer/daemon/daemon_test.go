@@ -28,8 +28,8 @@ import (
 	"go.uber.org/goleak"
 
 	dhost "damselfly/peer/host"
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 	"damselfly/scheduler/server"
 )
@@ -204,7 +204,7 @@ func startDaemon(t *testing.T, cfg Config) *Daemon {
 }
 
 func readThrough(ctx context.Context, d *Daemon, reg string, img testImage) error {
-	cc := proxy.NewChunkClient(d.ProxyURL(), nil)
+	cc := chunkapi.NewClient(d.ProxyURL(), nil)
 	n := 0
 	err := cc.ReadChunks(ctx, registry.Ref{Registry: reg, Repo: "test/image"}, img.blob, img.chunks,
 		func(i int, c rafs.Chunk, stored []byte) error {

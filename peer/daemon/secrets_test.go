@@ -23,8 +23,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 )
 
 // The credentials of TestSecretsStayOutOfLogsAndMetrics: a client's
@@ -147,7 +147,7 @@ func TestSecretsStayOutOfLogsAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(proxy.HeaderRegistry, srv.URL)
+	req.Header.Set(chunkapi.HeaderRegistry, srv.URL)
 	req.Header.Set("Authorization", "Basic "+clientAuth)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -1,6 +1,9 @@
 package registry
 
-import "strings"
+import (
+	"encoding/json"
+	"strings"
+)
 
 // MaxRepoLen bounds a repository name (the distribution spec advises
 // clients to stay under 255 characters with the host).
@@ -82,4 +85,14 @@ func ValidDigest(s string) bool {
 		}
 	}
 	return true
+}
+
+// Quote bounds and quotes client input (a name, a digest) echoed in an
+// error, so that a hostile client cannot fill logs or responses.
+func Quote(s string) string {
+	if len(s) > 128 {
+		s = s[:128] + "..."
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
 }

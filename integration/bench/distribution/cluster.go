@@ -12,7 +12,7 @@ import (
 	"damselfly/integration/bench/shaper"
 	"damselfly/peer/daemon"
 	"damselfly/peer/host"
-	"damselfly/proxy"
+	"damselfly/rafs/chunkapi"
 	"damselfly/scheduler/server"
 )
 
@@ -154,7 +154,7 @@ func (c *cluster) startNode(cfg Config, name, dir, key, sched, originURL string,
 	}
 	c.nodes = append(c.nodes, d)
 	if cfg.ReaderSocket {
-		c.urls = append(c.urls, proxy.SchemeUnix+"://"+sock)
+		c.urls = append(c.urls, chunkapi.SchemeUnix+"://"+sock)
 	} else {
 		c.urls = append(c.urls, d.ProxyURL())
 	}

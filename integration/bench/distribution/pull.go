@@ -10,8 +10,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
-	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/chunkapi"
 	regclient "damselfly/rafs/registry"
 )
 
@@ -66,15 +66,15 @@ func downlink(bytesPerSec float64, us []unit) *rate.Limiter {
 }
 
 // pull reads every unit through the batch endpoint at proxyURL with
-// readers requests in flight, each verified by the ChunkClient, and
+// readers requests in flight, each verified by the chunkapi.Client, and
 // returns the stored bytes received.
 func pull(ctx context.Context, proxyURL, repo string, us []unit, readers int, down *rate.Limiter) (int64, error) {
-	base, tr, err := proxy.Endpoint(proxyURL, &http.Transport{MaxIdleConnsPerHost: readers, DisableCompression: true})
+	base, tr, err := chunkapi.Endpoint(proxyURL, &http.Transport{MaxIdleConnsPerHost: readers, DisableCompression: true})
 	if err != nil {
 		return 0, err
 	}
 	defer tr.CloseIdleConnections()
-	cc := proxy.NewChunkClient(base, &http.Client{Transport: tr})
+	cc := chunkapi.NewClient(base, &http.Client{Transport: tr})
 	var next atomic.Int64
 	var got atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)

@@ -1,4 +1,4 @@
-package proxy
+package chunkapi
 
 import (
 	"bufio"
@@ -14,14 +14,13 @@ import (
 	"sync"
 
 	"damselfly/rafs"
-	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )
 
-// ChunkClient reads chunks through a proxy's batch endpoint. It splits
+// Client reads chunks through a proxy's batch endpoint. It splits
 // large reads into batches within the endpoint's limits, verifies every
 // chunk it receives and is safe for concurrent use.
-type ChunkClient struct {
+type Client struct {
 	url string // batch endpoint
 	hc  *http.Client
 
@@ -39,20 +38,18 @@ type grantKey struct {
 // reads a few dozen).
 const maxGrants = 4096
 
-var _ ChunkSource = (*ChunkClient)(nil)
-
-// NewChunkClient returns a client of the proxy at baseURL
+// NewClient returns a client of the proxy at baseURL
 // ("http://127.0.0.1:7950"). hc nil means a client without an overall
 // timeout: ReadChunks' ctx bounds each call.
-func NewChunkClient(baseURL string, hc *http.Client) *ChunkClient {
+func NewClient(baseURL string, hc *http.Client) *Client {
 	if hc == nil {
 		hc = &http.Client{}
 	}
-	return &ChunkClient{url: strings.TrimRight(baseURL, "/") + BatchPath, hc: hc, grants: map[grantKey]string{}}
+	return &Client{url: strings.TrimRight(baseURL, "/") + BatchPath, hc: hc, grants: map[grantKey]string{}}
 }
 
 // grant is the grant the proxy last gave for blob, or "".
-func (cc *ChunkClient) grant(k grantKey) string {
+func (cc *Client) grant(k grantKey) string {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	return cc.grants[k]
@@ -60,7 +57,7 @@ func (cc *ChunkClient) grant(k grantKey) string {
 
 // keepGrant remembers the grant of a response (HeaderGrant), which the
 // proxy honours while the origin registry cannot be asked.
-func (cc *ChunkClient) keepGrant(k grantKey, g string) {
+func (cc *Client) keepGrant(k grantKey, g string) {
 	if g == "" || len(g) > 128 {
 		return
 	}
@@ -72,7 +69,7 @@ func (cc *ChunkClient) keepGrant(k grantKey, g string) {
 	cc.grants[k] = g
 }
 
-// ReadChunks implements ChunkSource. It asks for the v2 response
+// ReadChunks reads chunks of blob through the peer. It asks for the v2 response
 // (PROTOCOL.md), in which the peer sends each chunk it fetched as soon as
 // it has verified it and puts it in its node cache meanwhile; older peers
 // answer v1, having cached it first. Either way the peer caches every
@@ -80,12 +77,12 @@ func (cc *ChunkClient) keepGrant(k grantKey, g string) {
 // chunk is decoded and verified with rafs.DecodeChunk before deliver sees
 // it; the c given to deliver carries the flags and stored size the proxy
 // sent. Errors wrap a
-// *chunkapi.ChunkError naming the first chunk not delivered: Transient for network
+// *ChunkError naming the first chunk not delivered: Transient for network
 // failures, proxy or upstream 5xx/429 and a response cut short; not for
 // upstream 4xx, a chunk that fails verification (the proxy sent bad
 // bytes: try another source) or a malformed response. An error from
 // deliver is returned as it is.
-func (cc *ChunkClient) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
+func (cc *Client) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	return cc.ReadChunksDecoded(ctx, up, blob, chunks, func(i int, c rafs.Chunk, stored, _ []byte) error {
 		return deliver(i, c, stored)
@@ -97,11 +94,11 @@ func (cc *ChunkClient) ReadChunks(ctx context.Context, up registry.Ref, blob raf
 // against c.Digest, so that the caller need not decode and hash the chunk
 // again. stored and plain are valid only during the call: the client
 // reuses both buffers for the next chunk.
-func (cc *ChunkClient) ReadChunksDecoded(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
+func (cc *Client) ReadChunksDecoded(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored, plain []byte) error) error {
 	for i, c := range chunks {
 		if err := checkChunk(c); err != nil {
-			return &chunkapi.ChunkError{Index: i, Err: err}
+			return &ChunkError{Index: i, Err: err}
 		}
 	}
 	var stored, plain []byte
@@ -130,11 +127,11 @@ func checkChunk(c rafs.Chunk) error {
 	switch {
 	case c.CompressedSize == 0 || c.CompressedSize > rafs.MaxChunkSize || c.Size == 0 || c.Size > rafs.MaxChunkSize:
 		return fmt.Errorf("chunk %s: sizes stored %d, size %d outside 1..%d", c.Digest, c.CompressedSize, c.Size, rafs.MaxChunkSize)
-	case c.Flags&^knownFlags != 0:
+	case c.Flags&^KnownFlags != 0:
 		return fmt.Errorf("chunk %s: unknown flags %#x", c.Digest, c.Flags)
 	case !c.Compressed() && c.CompressedSize != c.Size:
 		return fmt.Errorf("chunk %s: raw chunk stored in %d bytes, size %d", c.Digest, c.CompressedSize, c.Size)
-	case c.CompressedOffset > maxBlobOffset:
+	case c.CompressedOffset > MaxBlobOffset:
 		return fmt.Errorf("chunk %s: offset %d too large", c.Digest, c.CompressedOffset)
 	}
 	return nil
@@ -142,22 +139,22 @@ func checkChunk(c rafs.Chunk) error {
 
 // batch reads chunks[start:end] in one request. stored and plain are
 // scratch buffers, returned grown.
-func (cc *ChunkClient) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk, start, end int,
+func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk, start, end int,
 	stored, plain []byte, deliver func(i int, c rafs.Chunk, stored, plain []byte) error) ([]byte, []byte, error) {
-	req := batchRequest{Repo: up.Repo, Blob: blob.String(), Chunks: make([]batchChunk, 0, end-start)}
+	req := Request{Repo: up.Repo, Blob: blob.String(), Chunks: make([]RequestChunk, 0, end-start)}
 	for _, c := range chunks[start:end] {
-		req.Chunks = append(req.Chunks, batchChunk{
+		req.Chunks = append(req.Chunks, RequestChunk{
 			Digest: c.Digest.String(), Offset: c.CompressedOffset, Stored: c.CompressedSize,
 			Size: c.Size, Flags: c.Flags, Ordinal: c.Ordinal,
 		})
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return stored, plain, &chunkapi.ChunkError{Index: start, Err: err}
+		return stored, plain, &ChunkError{Index: start, Err: err}
 	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, cc.url, bytes.NewReader(body))
 	if err != nil {
-		return stored, plain, &chunkapi.ChunkError{Index: start, Err: err}
+		return stored, plain, &ChunkError{Index: start, Err: err}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", ContentTypeChunksV2+", "+ContentTypeChunks)
@@ -173,25 +170,25 @@ func (cc *ChunkClient) batch(ctx context.Context, up registry.Ref, blob rafs.Dig
 	}
 	resp, err := cc.hc.Do(hreq)
 	if err != nil {
-		return stored, plain, &chunkapi.ChunkError{Index: start, Transient: ctx.Err() == nil, Err: fmt.Errorf("batch request: %w", err)}
+		return stored, plain, &ChunkError{Index: start, Transient: ctx.Err() == nil, Err: fmt.Errorf("batch request: %w", err)}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorMessage))
 		se := &registry.StatusError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(msg))}
-		return stored, plain, &chunkapi.ChunkError{Index: start, Transient: se.Transient(), Err: fmt.Errorf("proxy: %w", se)}
+		return stored, plain, &ChunkError{Index: start, Transient: se.Transient(), Err: fmt.Errorf("proxy: %w", se)}
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != ContentTypeChunks && mt != ContentTypeChunksV2 {
-		return stored, plain, &chunkapi.ChunkError{Index: start, Err: fmt.Errorf("%w: content type %q", errProtocol, resp.Header.Get("Content-Type"))}
+		return stored, plain, &ChunkError{Index: start, Err: fmt.Errorf("%w: content type %q", ErrProtocol, resp.Header.Get("Content-Type"))}
 	}
 	cc.keepGrant(gk, resp.Header.Get(HeaderGrant))
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
-	readErr := func(i int, err error) *chunkapi.ChunkError {
-		transient := !errors.Is(err, errProtocol) && ctx.Err() == nil
+	readErr := func(i int, err error) *ChunkError {
+		transient := !errors.Is(err, ErrProtocol) && ctx.Err() == nil
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF // the response ended before this chunk
 		}
-		return &chunkapi.ChunkError{Index: i, Transient: transient, Err: fmt.Errorf("batch response: %w", err)}
+		return &ChunkError{Index: i, Transient: transient, Err: fmt.Errorf("batch response: %w", err)}
 	}
 	for i := start; i < end; i++ {
 		f, err := readFrameHead(br)
@@ -215,7 +212,7 @@ func (cc *ChunkClient) batch(ctx context.Context, up registry.Ref, blob rafs.Dig
 				stored = p
 			}
 			if errors.Is(err, rafs.ErrDigestMismatch) {
-				return stored, plain, &chunkapi.ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
+				return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
 			} else if err != nil {
 				return stored, plain, readErr(i, unexpected(err))
 			}
@@ -225,10 +222,10 @@ func (cc *ChunkClient) batch(ctx context.Context, up registry.Ref, blob rafs.Dig
 				return stored, plain, readErr(i, unexpected(err))
 			}
 			if f.failed {
-				return stored, plain, &chunkapi.ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
+				return stored, plain, &ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
 			}
 			if err := rafs.VerifyChunk(c, p, &plain); err != nil {
-				return stored, plain, &chunkapi.ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
+				return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
 			}
 		}
 		dec := p

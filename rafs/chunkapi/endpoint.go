@@ -1,4 +1,4 @@
-package proxy
+package chunkapi
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package proxy
+package chunkapi
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ func allocated(f func()) uint64 {
 // A frame that declares 16 MiB and sends 100 bytes costs the reader what
 // arrived, not what was declared.
 func TestReadFrameAllocatesWhatArrives(t *testing.T) {
-	in := append(appendOKFrame(nil, 0, rafs.MaxChunkSize), make([]byte, 100)...)
+	in := append(AppendOKFrame(nil, 0, rafs.MaxChunkSize), make([]byte, 100)...)
 	var err error
 	got := allocated(func() { _, _, _, err = readFrame(bytes.NewReader(in), nil) })
 	if err == nil {
@@ -47,10 +47,10 @@ func TestChunkClientAllocatesWhatArrives(t *testing.T) {
 		}
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", ContentTypeChunksV2)
-			w.Write(append(appendOKFrame(nil, flags, rafs.MaxChunkSize), make([]byte, 100)...))
+			w.Write(append(AppendOKFrame(nil, flags, rafs.MaxChunkSize), make([]byte, 100)...))
 		}))
 		c := rafs.Chunk{Digest: rafs.Digest{1}, CompressedSize: rafs.MaxChunkSize, Size: rafs.MaxChunkSize, Flags: flags}
-		cc := NewChunkClient(srv.URL, nil)
+		cc := NewClient(srv.URL, nil)
 		var err error
 		got := allocated(func() {
 			err = cc.ReadChunks(context.Background(), registry.Ref{Repo: "a"}, rafs.Digest{2}, []rafs.Chunk{c}, func(int, rafs.Chunk, []byte) error { return nil })

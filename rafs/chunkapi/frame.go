@@ -1,4 +1,4 @@
-package proxy
+package chunkapi
 
 import (
 	"encoding/binary"
@@ -33,12 +33,12 @@ const (
 	// MaxErrorMessage bounds a failed frame's message.
 	MaxErrorMessage = 1 << 10
 
-	// knownFlags are the chunk flags a frame may carry.
-	knownFlags = rafs.ChunkCompressed | rafs.ChunkBlake3
+	// KnownFlags are the chunk flags a frame may carry.
+	KnownFlags = rafs.ChunkCompressed | rafs.ChunkBlake3
 )
 
-// errProtocol marks a response that breaks the frame format.
-var errProtocol = errors.New("malformed batch response")
+// ErrProtocol marks a response that breaks the frame format.
+var ErrProtocol = errors.New("malformed batch response")
 
 // frame is one decoded frame header.
 type frame struct {
@@ -48,16 +48,16 @@ type frame struct {
 	length    uint32
 }
 
-// appendOKFrame appends an ok frame's header for stored bytes with flags.
-func appendOKFrame(b []byte, flags uint32, n int) []byte {
+// AppendOKFrame appends an ok frame's header for stored bytes with flags.
+func AppendOKFrame(b []byte, flags uint32, n int) []byte {
 	b = append(b, frameOK)
 	b = binary.BigEndian.AppendUint32(b, flags)
 	return binary.BigEndian.AppendUint32(b, uint32(n))
 }
 
-// appendFailedFrame appends a whole failed frame, its message cut to
+// AppendFailedFrame appends a whole failed frame, its message cut to
 // MaxErrorMessage bytes.
-func appendFailedFrame(b []byte, transient bool, msg string) []byte {
+func AppendFailedFrame(b []byte, transient bool, msg string) []byte {
 	if len(msg) > MaxErrorMessage {
 		msg = msg[:MaxErrorMessage]
 	}
@@ -76,7 +76,7 @@ func appendFailedFrame(b []byte, transient bool, msg string) []byte {
 // rafs.MaxChunkSize); the returned payload aliases the buffer returned.
 // Every field is checked before the payload is allocated or read. A
 // stream that ends inside a frame gives io.ErrUnexpectedEOF; one that
-// ends before it io.EOF; anything malformed errProtocol.
+// ends before it io.EOF; anything malformed ErrProtocol.
 func readFrame(r io.Reader, buf []byte) (frame, []byte, []byte, error) {
 	f, err := readFrameHead(r)
 	if err != nil {
@@ -137,11 +137,11 @@ func readFrameHead(r io.Reader) (frame, error) {
 		}
 		f.flags = binary.BigEndian.Uint32(hdr[1:5])
 		f.length = binary.BigEndian.Uint32(hdr[5:9])
-		if f.flags&^knownFlags != 0 {
-			return frame{}, fmt.Errorf("%w: unknown chunk flags %#x", errProtocol, f.flags)
+		if f.flags&^KnownFlags != 0 {
+			return frame{}, fmt.Errorf("%w: unknown chunk flags %#x", ErrProtocol, f.flags)
 		}
 		if f.length == 0 || f.length > rafs.MaxChunkSize {
-			return frame{}, fmt.Errorf("%w: chunk of %d bytes", errProtocol, f.length)
+			return frame{}, fmt.Errorf("%w: chunk of %d bytes", ErrProtocol, f.length)
 		}
 	case frameFailed:
 		if _, err := io.ReadFull(r, hdr[1:failedHeaderLen]); err != nil {
@@ -153,17 +153,17 @@ func readFrameHead(r io.Reader) (frame, error) {
 			f.transient = true
 		case kindPermanent:
 		default:
-			return frame{}, fmt.Errorf("%w: unknown failure kind %d", errProtocol, hdr[1])
+			return frame{}, fmt.Errorf("%w: unknown failure kind %d", ErrProtocol, hdr[1])
 		}
 		if flags := binary.BigEndian.Uint32(hdr[2:6]); flags != 0 {
-			return frame{}, fmt.Errorf("%w: flags %#x on a failed frame", errProtocol, flags)
+			return frame{}, fmt.Errorf("%w: flags %#x on a failed frame", ErrProtocol, flags)
 		}
 		f.length = binary.BigEndian.Uint32(hdr[6:10])
 		if f.length > MaxErrorMessage {
-			return frame{}, fmt.Errorf("%w: error message of %d bytes", errProtocol, f.length)
+			return frame{}, fmt.Errorf("%w: error message of %d bytes", ErrProtocol, f.length)
 		}
 	default:
-		return frame{}, fmt.Errorf("%w: unknown frame status %d", errProtocol, hdr[0])
+		return frame{}, fmt.Errorf("%w: unknown frame status %d", ErrProtocol, hdr[0])
 	}
 	return f, nil
 }
