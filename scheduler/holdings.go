@@ -33,14 +33,15 @@ func (s *State) Announce(peerID string, blob rafs.Digest, chunks []uint32, now t
 	claimed := chunks
 	if chunks = s.holdBack(p, blob, chunks, now); len(chunks) == 0 {
 		// Held back, the chunks are not recorded as held; but the
-		// peer's fetch of them has ended, so a peer waiting for it
+		// peer's own fetch of them has ended, so a peer waiting for it
 		// must not wait out OriginTimeout: the next one to ask gets
-		// the turn.
+		// the turn. Other peers' turns go on: nobody holds the chunks.
 		if b := s.blob(blob, false); b != nil {
-			return s.resolveOrigin(b, p, claimed, nil), nil
+			return s.endTurns(p, b, claimed), nil
 		}
 		return nil, nil
 	}
+	heldBack := notKept(claimed, chunks)
 	high = 0
 	for _, c := range chunks {
 		high = max(high, c+1)
@@ -58,7 +59,30 @@ func (s *State) Announce(peerID string, blob rafs.Digest, chunks []uint32, now t
 			h.n++
 		}
 	}
-	return s.resolveOrigin(b, p, claimed, nil), nil
+	woken := s.resolveOrigin(b, p, chunks, nil)
+	if len(heldBack) > 0 {
+		woken = wakeList(append(woken, s.endTurns(p, b, heldBack)...), p.id)
+	}
+	return woken, nil
+}
+
+// notKept returns the chunks of all that are not in kept, a subset of
+// all in the same order.
+func notKept(all, kept []uint32) []uint32 {
+	if len(kept) == len(all) {
+		return nil
+	}
+	in := make(map[uint32]struct{}, len(kept))
+	for _, c := range kept {
+		in[c] = struct{}{}
+	}
+	var out []uint32
+	for _, c := range all {
+		if _, ok := in[c]; !ok {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // AnnounceFull replaces everything peerID holds of blob with held, as a
