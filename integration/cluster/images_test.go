@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/integration/sample"
 	"damselfly/rafs"
 	"damselfly/rafs/convert"
 	"damselfly/rafs/rafstest"
+	"damselfly/rafs/sample"
 	"damselfly/rafs/transport"
 )
 
@@ -73,7 +73,7 @@ func pushImage(t testing.TB, reg *registry, name string, src rafstest.Image, chu
 // sampleImage is the realistic sample (a base OS, Python, an app with a
 // model) at a size that keeps the suite fast.
 func sampleImage() rafstest.Image {
-	return sample.Image("src", sample.Options{Seed: 7, Scale: 0.15})
+	return sample.Generate("src", sample.Options{Seed: 7, Scale: 0.15})
 }
 
 // corpusImage returns the conformance corpus image called name (layer

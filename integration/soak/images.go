@@ -11,8 +11,8 @@ import (
 	"sort"
 	"strconv"
 
-	"damselfly/integration/sample"
 	"damselfly/rafs/rafstest"
+	"damselfly/rafs/sample"
 )
 
 // image is one generated source image, converted to RAFS in the registry
@@ -65,7 +65,7 @@ func buildImages(ctx context.Context, binary, dir, regHost string, specs []image
 	srcs := map[string]rafstest.Image{}
 	var out []*image
 	for _, s := range specs {
-		src := sample.Image("src", sample.Options{Seed: s.seed, Scale: s.scale})
+		src := sample.Generate("src", sample.Options{Seed: s.seed, Scale: s.scale})
 		if s.base != "" {
 			b, ok := srcs[s.base]
 			if !ok {
