@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"damselfly/fusemount"
+	"damselfly/integration/harness"
 	"damselfly/peer/host"
 	"damselfly/rafs/rafstest"
 )
@@ -138,12 +138,11 @@ func getJSON(t testing.TB, url string, v any) {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := harness.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // node is one machine: a peer daemon with its state and node cache, and
@@ -272,7 +271,7 @@ prefetch:
 			break
 		}
 		if m.p.exited() {
-			n.c.t.Fatalf("%s mount exited: %v", n.name, m.p.err)
+			n.c.t.Fatalf("%s mount exited: %v", n.name, m.p.Err())
 		}
 		if time.Now().After(up) {
 			n.c.t.Fatalf("%s: mount did not come up", n.name)
@@ -298,8 +297,8 @@ func (m *mount) unmount() {
 		syscall.Unmount(m.dir, syscall.MNT_DETACH)
 	}
 	select {
-	case <-m.p.done:
-	case <-time.After(stopTimeout):
+	case <-m.p.Done():
+	case <-time.After(harness.DefaultStopTimeout):
 		m.n.c.t.Errorf("mount daemon of %s did not exit after unmount", m.n.name)
 		m.p.kill()
 	}

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 
+	"damselfly/integration/harness"
 	"damselfly/rafs/rafstest"
 	"damselfly/rafs/sample"
 )
@@ -84,18 +84,14 @@ func buildImages(ctx context.Context, binary, dir, regHost string, specs []image
 }
 
 func buildImage(ctx context.Context, binary, dir, regHost, name string, src rafstest.Image, chunkSize uint32) (*image, error) {
-	layout := filepath.Join(dir, "oci")
-	if err := rafstest.WriteOCILayout(ctx, layout, src); err != nil {
-		return nil, fmt.Errorf("image %s: %w", name, err)
-	}
-	root, err := rafstest.UmociUnpack(ctx, layout, "src", filepath.Join(dir, "umoci"))
+	u, err := harness.Unpack(ctx, dir, src)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", name, err)
 	}
+	root := u.Root
 	im := &image{name: name, root: root}
-	cmd := exec.CommandContext(ctx, binary, "convert", "--chunk-size", strconv.Itoa(int(chunkSize)), "oci:"+layout+":src", im.ref(regHost))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("damselfly convert %s: %v\n%s", name, err, out)
+	if _, err := harness.Convert(ctx, binary, u.Ref(), im.ref(regHost), "--chunk-size", strconv.Itoa(int(chunkSize))); err != nil {
+		return nil, fmt.Errorf("image %s: %w", name, err)
 	}
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
