@@ -264,26 +264,12 @@ prefetch:
 		n.c.t.Fatal(err)
 	}
 	m.p = start(n.c.t, n.name+"-mount", "--config", file, "mount", im.ref(n.gate.host, "rafs"), m.dir)
-	up := time.Now().Add(30 * time.Second)
-	for {
-		var sfs syscall.Statfs_t
-		if syscall.Statfs(m.dir, &sfs) == nil && sfs.Type == fuseSuperMagic {
-			break
-		}
-		if m.p.exited() {
-			n.c.t.Fatalf("%s mount exited: %v", n.name, m.p.Err())
-		}
-		if time.Now().After(up) {
-			n.c.t.Fatalf("%s: mount did not come up", n.name)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := harness.WaitMounted(n.c.t.Context(), m.p.Proc, m.dir, 30*time.Second); err != nil {
+		n.c.t.Fatal(err)
 	}
 	n.c.t.Cleanup(m.unmount)
 	return m
 }
-
-// fuseSuperMagic is statfs's f_type of a FUSE filesystem.
-const fuseSuperMagic = 0x65735546
 
 // unmount unmounts and waits for the daemon to exit, which it must do on
 // its own when its mountpoint goes.
@@ -292,15 +278,8 @@ func (m *mount) unmount() {
 		syscall.Unmount(m.dir, syscall.MNT_DETACH)
 		return
 	}
-	if err := fusemount.Unmount(m.dir); err != nil {
-		m.n.c.t.Errorf("unmount %s: %v", m.dir, err)
-		syscall.Unmount(m.dir, syscall.MNT_DETACH)
-	}
-	select {
-	case <-m.p.Done():
-	case <-time.After(harness.DefaultStopTimeout):
-		m.n.c.t.Errorf("mount daemon of %s did not exit after unmount", m.n.name)
-		m.p.kill()
+	if err := harness.Unmount(m.p.Proc, m.dir); err != nil {
+		m.n.c.t.Errorf("mount daemon of %s: %v", m.n.name, err)
 	}
 }
 

@@ -20,6 +20,9 @@
 //     outages (Down, Up on the same port with the same content) and
 //     htpasswd authentication (RequireAuth). WaitHTTP is the readiness
 //     poll for any process that serves HTTP.
+//   - mount.go waits for a mount daemon's FUSE mount to come up
+//     (WaitMounted) and unmounts it, waiting for the daemon to exit as it
+//     must when its mountpoint goes (Unmount).
 //   - image.go puts generated images (rafs/sample, rafs/rafstest) into a
 //     registry: an OCI layout and umoci's reference unpacking of it, the
 //     plain image pushed as it is, the RAFS conversion by the binary.

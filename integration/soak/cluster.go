@@ -146,9 +146,6 @@ labels:
 	return err
 }
 
-// fuseSuperMagic is statfs's f_type of a FUSE filesystem.
-const fuseSuperMagic = 0x65735546
-
 // mount starts `damselfly mount` of im on n through n's peer (falling
 // back to the registry when the peer is unhealthy, as deployed) and waits
 // until the filesystem answers. The memory cache is the smallest allowed
@@ -183,20 +180,7 @@ memory_bytes: 1048576
 	}
 	m.p = p
 	n.mounts = append(n.mounts, m)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var sfs syscall.Statfs_t
-		if syscall.Statfs(m.dir, &sfs) == nil && sfs.Type == fuseSuperMagic {
-			return nil
-		}
-		if p.Exited() {
-			return fmt.Errorf("%s exited: %v:\n%s", p.Name(), p.Err(), p.LogTail(3000))
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s: mount did not come up", p.Name())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return harness.WaitMounted(ctx, p, m.dir, 60*time.Second)
 }
 
 // unmount unmounts m and waits for its daemon to exit, which it must do on
@@ -209,16 +193,7 @@ func (m *mount) unmount() error {
 		syscall.Unmount(m.dir, syscall.MNT_DETACH)
 		return fmt.Errorf("%s had exited before shutdown: %v", m.p.Name(), m.p.Err())
 	}
-	if err := fusemount.Unmount(m.dir); err != nil {
-		syscall.Unmount(m.dir, syscall.MNT_DETACH)
-		return errors.Join(fmt.Errorf("unmount %s: %w", m.dir, err), m.p.Stop())
-	}
-	select {
-	case <-m.p.Done():
-		return nil
-	case <-time.After(harness.DefaultStopTimeout):
-		return errors.Join(fmt.Errorf("%s did not exit after its unmount", m.p.Name()), m.p.Stop())
-	}
+	return harness.Unmount(m.p, m.dir)
 }
 
 // close stops everything in reverse order of start: mounts (in parallel),

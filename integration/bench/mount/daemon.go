@@ -16,9 +16,6 @@ import (
 	"damselfly/integration/harness"
 )
 
-// fuseSuperMagic is statfs's f_type of a FUSE mount.
-const fuseSuperMagic = 0x65735546
-
 // mountConfig is what a measurement varies in the daemon's config file.
 type mountConfig struct {
 	Shaper      string // backend.host: the shaping proxy
@@ -61,8 +58,7 @@ func startDaemon(bin, tag, mp string, cfg mountConfig, logPath string) (*daemon,
 	if err := os.MkdirAll(mp, 0o755); err != nil {
 		return nil, err
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(mp, &st); err == nil && st.Type == fuseSuperMagic {
+	if harness.IsFUSE(mp) {
 		return nil, fmt.Errorf("%s is still a FUSE mount", mp)
 	}
 	cfgPath := strings.TrimSuffix(logPath, ".log") + ".yaml"
@@ -89,8 +85,7 @@ func (d *daemon) command() string { return d.Command() }
 func (d *daemon) waitReady(ctx context.Context, timeout time.Duration) (time.Duration, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		var st unix.Statfs_t
-		if unix.Statfs(d.mp, &st) == nil && st.Type == fuseSuperMagic {
+		if harness.IsFUSE(d.mp) {
 			if ents, err := os.ReadDir(d.mp); err == nil && len(ents) > 0 {
 				return time.Since(d.started), nil
 			}
