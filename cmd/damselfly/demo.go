@@ -19,13 +19,12 @@ import (
 
 	"damselfly/configs"
 	"damselfly/fusemount"
-	"damselfly/integration/sample"
 	"damselfly/peer/daemon"
 	"damselfly/peer/host"
 	"damselfly/rafs"
 	"damselfly/rafs/convert"
 	"damselfly/rafs/image"
-	"damselfly/rafs/rafstest"
+	"damselfly/rafs/sample"
 	"damselfly/rafs/transport"
 	"damselfly/scheduler/server"
 )
@@ -137,10 +136,10 @@ func runDemo(ctx context.Context, o demoOptions, out io.Writer) (err error) {
 	}
 
 	step("building a sample image (a Debian-like base, Python packages, an app with a model) and converting it to RAFS")
-	smp := sample.Image("sample", sample.Options{Seed: 1, Scale: o.scale})
+	smp := sample.Generate("sample", sample.Options{Seed: 1, Scale: o.scale})
 	startup := sample.StartupSet(smp)
 	layout := filepath.Join(dir, "oci")
-	if err := rafstest.WriteOCILayout(ctx, layout, smp); err != nil {
+	if err := sample.WriteOCILayout(ctx, layout, smp); err != nil {
 		return err
 	}
 	srcRef := "oci:" + layout + ":sample"

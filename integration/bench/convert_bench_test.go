@@ -5,9 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"damselfly/integration/sample"
 	"damselfly/rafs/convert"
 	"damselfly/rafs/rafstest"
+	"damselfly/rafs/sample"
 )
 
 // BenchmarkConvert converts the synthetic sample image (about 110 MB of
@@ -17,7 +17,7 @@ func BenchmarkConvert(b *testing.B) {
 	ctx := b.Context()
 	dir := b.TempDir()
 	src := filepath.Join(dir, "src")
-	if err := rafstest.WriteOCILayout(ctx, src, sample.Image("sample", sample.Options{Seed: 1, Scale: 1})); err != nil {
+	if err := rafstest.WriteOCILayout(ctx, src, sample.Generate("sample", sample.Options{Seed: 1, Scale: 1})); err != nil {
 		b.Fatal(err)
 	}
 	if err := WarmLayout(src); err != nil {

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"damselfly/integration/harness"
 	"damselfly/rafs/convert"
 )
 
@@ -85,10 +86,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	meter := Meter{Wrapper: filepath.Join(bin, "rusage"), Nice: cfg.Nice}
 	p.Printf("building %s, %s and %s", rel(damselfly), rel(estargzBin), rel(meter.Wrapper))
 	for _, b := range [][2]string{{damselfly, "./cmd/damselfly"}, {estargzBin, "./integration/bench/estargz"}, {meter.Wrapper, "./integration/bench/rusage"}} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", b[0], b[1])
-		cmd.Dir = cfg.Root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build %s: %w: %s", b[1], err, out)
+		if err := harness.Build(ctx, cfg.Root, b[0], b[1]); err != nil {
+			return nil, err
 		}
 	}
 	if v, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/containerd/stargz-snapshotter/estargz").Output(); err == nil {

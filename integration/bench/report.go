@@ -1,12 +1,11 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
+
+	"damselfly/integration/harness"
 )
 
 // Row is one line of the results table: a damselfly figure beside its
@@ -113,8 +112,8 @@ func (r *Report) Markdown() string {
 		if row.Runs > 0 {
 			runs = fmt.Sprint(row.Runs)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", esc(row.What), esc(d), esc(base), esc(ratio),
-			esc(row.Target), m, runs, "`"+strings.ReplaceAll(row.Command, "|", `\|`)+"`")
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", harness.Esc(row.What), harness.Esc(d), harness.Esc(base), harness.Esc(ratio),
+			harness.Esc(row.Target), m, runs, "`"+strings.ReplaceAll(row.Command, "|", `\|`)+"`")
 	}
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
@@ -125,18 +124,9 @@ func (r *Report) Markdown() string {
 	return b.String()
 }
 
-func esc(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
-
 // Write saves the report as convert.json and convert.md in dir.
 func (r *Report) Write(dir string) error {
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "convert.json"), append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "convert.md"), []byte(r.Markdown()), 0o644)
+	return harness.WriteReport(dir, "convert", r, r.Markdown())
 }
 
 // Progress writes harness progress lines.

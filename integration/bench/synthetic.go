@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"time"
 
-	"damselfly/integration/sample"
 	"damselfly/rafs/rafstest"
+	"damselfly/rafs/sample"
 )
 
-// SampleBytesPerScale is about how many content bytes sample.Image has
+// SampleBytesPerScale is about how many content bytes sample.Generate makes
 // per unit of Scale (measured: 109.8 MB at Scale 1).
 const SampleBytesPerScale = 109_777_496
 
@@ -24,7 +24,7 @@ func ScaleFor(n int64) float64 {
 	return float64(n) / SampleBytesPerScale
 }
 
-// SampleLayout makes sure cache/<name>/layout holds sample.Image at the
+// SampleLayout makes sure cache/<name>/layout holds sample.Generate's image at the
 // given scale, tagged "sample", and returns the layout's path. The image
 // is generated in memory (about 1.2x its content) and written once; later
 // calls with the same scale reuse it.
@@ -41,7 +41,7 @@ func SampleLayout(ctx context.Context, cache, name string, scale float64, log io
 	}
 	start := time.Now()
 	fmt.Fprintf(log, "%s: generating sample image at scale %s\n", name, want)
-	img := sample.Image("sample", sample.Options{Seed: 1, Scale: scale})
+	img := sample.Generate("sample", sample.Options{Seed: 1, Scale: scale})
 	if err := rafstest.WriteOCILayout(ctx, dir, img); err != nil {
 		return "", err
 	}

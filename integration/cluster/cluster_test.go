@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"damselfly/fusemount"
+	"damselfly/integration/harness"
 	"damselfly/peer/host"
 	"damselfly/rafs/rafstest"
 )
@@ -138,12 +138,11 @@ func getJSON(t testing.TB, url string, v any) {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := harness.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // node is one machine: a peer daemon with its state and node cache, and
@@ -265,26 +264,12 @@ prefetch:
 		n.c.t.Fatal(err)
 	}
 	m.p = start(n.c.t, n.name+"-mount", "--config", file, "mount", im.ref(n.gate.host, "rafs"), m.dir)
-	up := time.Now().Add(30 * time.Second)
-	for {
-		var sfs syscall.Statfs_t
-		if syscall.Statfs(m.dir, &sfs) == nil && sfs.Type == fuseSuperMagic {
-			break
-		}
-		if m.p.exited() {
-			n.c.t.Fatalf("%s mount exited: %v", n.name, m.p.err)
-		}
-		if time.Now().After(up) {
-			n.c.t.Fatalf("%s: mount did not come up", n.name)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := harness.WaitMounted(n.c.t.Context(), m.p.Proc, m.dir, 30*time.Second); err != nil {
+		n.c.t.Fatal(err)
 	}
 	n.c.t.Cleanup(m.unmount)
 	return m
 }
-
-// fuseSuperMagic is statfs's f_type of a FUSE filesystem.
-const fuseSuperMagic = 0x65735546
 
 // unmount unmounts and waits for the daemon to exit, which it must do on
 // its own when its mountpoint goes.
@@ -293,15 +278,8 @@ func (m *mount) unmount() {
 		syscall.Unmount(m.dir, syscall.MNT_DETACH)
 		return
 	}
-	if err := fusemount.Unmount(m.dir); err != nil {
-		m.n.c.t.Errorf("unmount %s: %v", m.dir, err)
-		syscall.Unmount(m.dir, syscall.MNT_DETACH)
-	}
-	select {
-	case <-m.p.done:
-	case <-time.After(stopTimeout):
-		m.n.c.t.Errorf("mount daemon of %s did not exit after unmount", m.n.name)
-		m.p.kill()
+	if err := harness.Unmount(m.p.Proc, m.dir); err != nil {
+		m.n.c.t.Errorf("mount daemon of %s: %v", m.n.name, err)
 	}
 }
 

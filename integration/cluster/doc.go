@@ -6,10 +6,13 @@
 // against the source image and count bytes by source (node cache, peers,
 // registry).
 //
-// The harness is in the _test files: procs_test.go runs and stops
-// processes, registry_test.go a restartable registry, gate_test.go each
-// node's road to the registry (it counts the bytes and injects faults:
-// delays, closed connections, 5xx, wrong bytes, short bodies, and
-// records each blob GET's range and time),
-// cluster_test.go a cluster of nodes; each scenario has its own file.
+// The processes, the registry and the image push are
+// integration/harness, shared with the soak and the benchmarks; the
+// _test files wrap it: procs_test.go turns its errors into test
+// failures and stops every process in t.Cleanup, registry_test.go does
+// the same for the restartable registry, gate_test.go is each node's
+// road to the registry (it counts the bytes and injects faults: delays,
+// closed connections, 5xx, wrong bytes, short bodies, and records each
+// blob GET's range and time), cluster_test.go a cluster of nodes; each
+// scenario has its own file.
 package cluster

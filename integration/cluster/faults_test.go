@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/integration/sample"
 	"damselfly/rafs"
+	"damselfly/rafs/sample"
 )
 
 // Scenario 8: the registry misbehaves while two nodes read a whole image
@@ -41,7 +41,7 @@ func TestRegistryFaults(t *testing.T) {
 	// registry what no node holds yet.
 	images := make([]*image, len(scenarios))
 	for i := range scenarios {
-		images[i] = pushImage(t, c.reg, fmt.Sprintf("faults%d", i), sample.Image("src", sample.Options{Seed: uint64(20 + i), Scale: 0.05}), rafs.MinChunkSize)
+		images[i] = pushImage(t, c.reg, fmt.Sprintf("faults%d", i), sample.Generate("src", sample.Options{Seed: uint64(20 + i), Scale: 0.05}), rafs.MinChunkSize)
 	}
 	// Scenarios run one after the other on the same cluster (not as
 	// subtests: the harness fails the cluster's test).

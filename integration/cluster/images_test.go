@@ -2,15 +2,14 @@ package cluster
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"damselfly/integration/sample"
+	"damselfly/integration/harness"
 	"damselfly/rafs"
 	"damselfly/rafs/convert"
 	"damselfly/rafs/rafstest"
-	"damselfly/rafs/transport"
+	"damselfly/rafs/sample"
 )
 
 // image is a source image pushed to the registry twice: as it is (tag
@@ -35,36 +34,18 @@ func pushImage(t testing.TB, reg *registry, name string, src rafstest.Image, chu
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
 	src.Name = "src"
-	im := &image{src: src, repo: "cluster/" + name, layout: filepath.Join(dir, "oci")}
-	if err := rafstest.WriteOCILayout(ctx, im.layout, src); err != nil {
-		t.Fatal(err)
-	}
-	root, err := rafstest.UmociUnpack(ctx, im.layout, "src", filepath.Join(dir, "umoci"))
+	u, err := harness.Unpack(ctx, t.TempDir(), src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	im.umoci = root
-	srcRef := "oci:" + im.layout + ":src"
-	if _, err := convert.Convert(ctx, srcRef, im.ref(reg.host, "rafs"), convert.Options{
+	im := &image{src: src, repo: "cluster/" + name, layout: u.Layout, umoci: u.Root}
+	if _, err := convert.Convert(ctx, u.Ref(), im.ref(reg.host, "rafs"), convert.Options{
 		Build: rafs.BuildOptions{ChunkSize: chunkSize}, WorkDir: t.TempDir(),
 	}); err != nil {
 		t.Fatalf("convert %s: %v", name, err)
 	}
-	r, err := transport.Parse(srcRef, transport.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := transport.ReadImage(ctx, r, transport.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := transport.Parse(im.ref(reg.host, "plain"), transport.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := transport.WriteImage(ctx, dst, img, transport.Options{}); err != nil {
+	if err := harness.Copy(ctx, u.Ref(), im.ref(reg.host, "plain")); err != nil {
 		t.Fatal(err)
 	}
 	return im
@@ -73,7 +54,7 @@ func pushImage(t testing.TB, reg *registry, name string, src rafstest.Image, chu
 // sampleImage is the realistic sample (a base OS, Python, an app with a
 // model) at a size that keeps the suite fast.
 func sampleImage() rafstest.Image {
-	return sample.Image("src", sample.Options{Seed: 7, Scale: 0.15})
+	return sample.Generate("src", sample.Options{Seed: 7, Scale: 0.15})
 }
 
 // corpusImage returns the conformance corpus image called name (layer

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/integration/sample"
 	"damselfly/rafs"
+	"damselfly/rafs/sample"
 	"damselfly/rafs/transport"
 )
 
@@ -25,7 +25,7 @@ import (
 func TestEightNodesOriginFetchesBounded(t *testing.T) {
 	const nodes, m = 8, 2
 	c := newClusterWith(t, fmt.Sprintf("  origin_fetchers: %d\n", m))
-	im := pushImage(t, c.reg, "eight", sample.Image("src", sample.Options{Seed: 41, Scale: 0.15}), rafs.MinChunkSize)
+	im := pushImage(t, c.reg, "eight", sample.Generate("src", sample.Options{Seed: 41, Scale: 0.15}), rafs.MinChunkSize)
 	blobs := dataBlobs(t, im.ref(c.reg.host, "rafs"))
 	files := im.regularFiles(t, 0)
 	var ns []*node

@@ -1,18 +1,13 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"damselfly/integration/harness"
 )
 
 // binary is the damselfly command, built once by TestMain.
@@ -23,180 +18,86 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "damselfly-cluster-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "damselfly")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// go test puts its own toolchain first on PATH.
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", binary, "damselfly/cmd/damselfly").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build damselfly: %v\n%s", err, out)
+	defer harness.RemoveBinary()
+	var err error
+	if binary, err = harness.Binary(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
 }
 
-// stopTimeout is how long a process has to exit after SIGTERM before it
-// is killed (and the test fails: a daemon must stop when asked).
-const stopTimeout = 20 * time.Second
-
-// proc is one process of the cluster. Its stdout is kept line by line for
-// waitLine; stdout and stderr both go to a log file that a failing test
-// prints.
+// proc is one process of the cluster, a harness.Proc whose failures fail
+// the test. A failing test prints its log.
 type proc struct {
-	t    testing.TB
-	name string
-	cmd  *exec.Cmd
-	log  string
-
-	mu    sync.Mutex
-	lines []string
-	more  chan struct{} // closed and replaced when a line arrives
-
-	done chan struct{} // closed when the process has exited
-	err  error         // its exit status, once done
+	*harness.Proc
+	t testing.TB
 }
 
 // start runs the damselfly binary with args. The process is stopped (and
 // its log shown if the test failed) in t.Cleanup.
 func start(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
-	return startCmd(t, name, binary, args...)
-}
-
-func startCmd(t testing.TB, name, path string, args ...string) *proc {
-	t.Helper()
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	lf, err := os.Create(logPath)
+	p, err := harness.Start(harness.ProcConfig{Name: name, LogDir: t.TempDir(), Path: binary, Args: args})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{t: t, name: name, log: logPath, more: make(chan struct{}), done: make(chan struct{})}
-	p.cmd = exec.Command(path, args...)
-	p.cmd.Stderr = lf
-	out, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		lf.Close()
-		t.Fatalf("start %s: %v", name, err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(lf, "stdout:", line)
-			p.mu.Lock()
-			p.lines = append(p.lines, line)
-			close(p.more)
-			p.more = make(chan struct{})
-			p.mu.Unlock()
-		}
-		io.Copy(io.Discard, out)
-	}()
-	go func() {
-		wg.Wait()
-		p.err = p.cmd.Wait()
-		lf.Close()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("--- log of %s:\n%s", name, tail(string(b), 6000))
-		}
+		stopOrFail(t, p)
+		showLog(t, p)
 	})
-	return p
+	return &proc{Proc: p, t: t}
 }
 
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
+// stopOrFail stops p; a process that needs the kill fails the test.
+func stopOrFail(t testing.TB, p *harness.Proc) {
+	t.Helper()
+	if err := p.Stop(); err != nil {
+		t.Error(err)
 	}
-	return "..." + s[len(s)-n:]
+}
+
+// showLog prints the end of p's log if the test failed.
+func showLog(t testing.TB, p *harness.Proc) {
+	if t.Failed() {
+		t.Logf("--- log of %s:\n%s", p.Name(), p.LogTail(6000))
+	}
 }
 
 // waitLine waits for a stdout line starting with prefix and returns the
 // rest of it. It fails the test if the process exits or timeout passes.
 func (p *proc) waitLine(prefix string, timeout time.Duration) string {
 	p.t.Helper()
-	deadline := time.After(timeout)
-	seen := 0
-	for {
-		p.mu.Lock()
-		lines, more := p.lines, p.more
-		p.mu.Unlock()
-		for ; seen < len(lines); seen++ {
-			if rest, ok := strings.CutPrefix(lines[seen], prefix); ok {
-				return strings.TrimSpace(rest)
-			}
-		}
-		select {
-		case <-more:
-		case <-p.done:
-			p.t.Fatalf("%s exited (%v) before printing %q", p.name, p.err, prefix)
-		case <-deadline:
-			p.t.Fatalf("%s did not print %q within %s", p.name, prefix, timeout)
-		}
+	rest, err := p.WaitLine(prefix, timeout)
+	if err != nil {
+		p.t.Fatal(err)
 	}
+	return rest
 }
 
 // logLine returns the first line of the process's log (stdout and
 // stderr) that contains s, or "" if none does yet.
 func (p *proc) logLine(s string) string {
 	p.t.Helper()
-	b, err := os.ReadFile(p.log)
+	line, err := p.LogLine(s)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	for line := range strings.Lines(string(b)) {
-		if strings.Contains(line, s) {
-			return strings.TrimSpace(line)
-		}
-	}
-	return ""
+	return line
 }
 
 // stop sends SIGTERM and waits for the exit; a process that does not exit
-// in stopTimeout is killed and the test fails. It is idempotent.
+// in harness.DefaultStopTimeout is killed and the test fails. It is
+// idempotent.
 func (p *proc) stop() {
 	p.t.Helper()
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(stopTimeout):
-		p.cmd.Process.Kill()
-		<-p.done
-		p.t.Errorf("%s did not exit within %s of SIGTERM", p.name, stopTimeout)
-	}
+	stopOrFail(p.t, p.Proc)
 }
 
 // kill sends SIGKILL and waits for the exit.
-func (p *proc) kill() {
-	p.cmd.Process.Kill()
-	<-p.done
-}
+func (p *proc) kill() { p.Kill() }
 
 // exited reports whether the process has exited.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *proc) exited() bool { return p.Exited() }

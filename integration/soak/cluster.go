@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"damselfly/fusemount"
+	"damselfly/integration/harness"
 	"damselfly/peer/host"
 )
 
@@ -28,9 +25,9 @@ type cluster struct {
 	key    string // the cluster key file
 	direct bool   // node caches with direct I/O (cache.direct_io)
 
-	registry  *proc
+	registry  *harness.Registry
 	regHost   string // "127.0.0.1:PORT"
-	scheduler *proc
+	scheduler *harness.Proc
 	schedAddr string // multiaddr with /p2p/ID
 	schedURL  string // admin API base URL
 	nodes     []*node
@@ -46,7 +43,7 @@ type node struct {
 	dir      string
 	cache    string
 	capacity int64
-	peer     *proc
+	peer     *harness.Proc
 	proxy    string // the peer's HTTP base URL
 	mounts   []*mount
 }
@@ -56,74 +53,24 @@ type mount struct {
 	n   *node
 	im  *image
 	dir string
-	p   *proc
+	p   *harness.Proc
 }
 
 // startRegistry runs docker-registry on a free loopback port with storage
-// in the run's directory. The port is found free and then handed over, so
-// another process may take it in between: a few tries.
+// in the run's directory.
 func (c *cluster) startRegistry(ctx context.Context) error {
-	bin, err := lookPath("docker-registry")
+	r, err := harness.StartRegistry(ctx, harness.RegistryConfig{Dir: filepath.Join(c.dir, "registry"), LogDir: c.logs, OwnGroup: true})
 	if err != nil {
 		return err
 	}
-	var last error
-	for try := range 3 {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
-		host := fmt.Sprintf("127.0.0.1:%d", port)
-		cfg := filepath.Join(c.dir, "registry.yml")
-		yml := fmt.Sprintf(`version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %q
-http:
-  addr: %q
-`, filepath.Join(c.dir, "registry"), host)
-		if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
-			return err
-		}
-		p, err := startProc(c.logs, fmt.Sprintf("registry-%d", try), bin, "serve", cfg)
-		if err != nil {
-			return err
-		}
-		if last = waitHTTP(ctx, p, "http://"+host+"/v2/", 15*time.Second); last == nil {
-			c.registry, c.regHost = p, host
-			return nil
-		}
-		p.stop()
-	}
-	return fmt.Errorf("docker-registry: %w", last)
+	c.registry, c.regHost = r, r.Host()
+	return nil
 }
 
-// waitHTTP polls url until it answers 200, p exits, or timeout passes.
-func waitHTTP(ctx context.Context, p *proc, url string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	client := &http.Client{Timeout: time.Second}
-	for {
-		resp, err := client.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if p.exited() {
-			return fmt.Errorf("%s exited: %v:\n%s", p.name, p.err, p.logTail())
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: no answer from %s: %w", p.name, url, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+// start runs a child in its own process group (see
+// harness.ProcConfig.OwnGroup), logging into the run's log directory.
+func (c *cluster) start(name, path string, args ...string) (*harness.Proc, error) {
+	return harness.Start(harness.ProcConfig{Name: name, LogDir: c.logs, Path: path, Args: args, OwnGroup: true})
 }
 
 // startScheduler writes the cluster key and runs the scheduler.
@@ -147,15 +94,15 @@ admin:
 	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
 		return err
 	}
-	p, err := startProc(c.logs, "scheduler", c.binary, "--config", cfg, "--dir", dir, "scheduler")
+	p, err := c.start("scheduler", c.binary, "--config", cfg, "--dir", dir, "scheduler")
 	if err != nil {
 		return err
 	}
 	c.scheduler = p
-	if c.schedAddr, err = p.waitLine("listening ", 30*time.Second); err != nil {
+	if c.schedAddr, err = p.WaitLine("listening ", 30*time.Second); err != nil {
 		return err
 	}
-	c.schedURL, err = p.waitLine("admin ", 10*time.Second)
+	c.schedURL, err = p.WaitLine("admin ", 10*time.Second)
 	return err
 }
 
@@ -186,21 +133,18 @@ labels:
 	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
 		return err
 	}
-	p, err := startProc(c.logs, name+"-peer", c.binary, "--config", cfg, "peer")
+	p, err := c.start(name+"-peer", c.binary, "--config", cfg, "peer")
 	if err != nil {
 		return err
 	}
 	n.peer = p
 	c.nodes = append(c.nodes, n)
-	if _, err := p.waitLine("listening ", 30*time.Second); err != nil {
+	if _, err := p.WaitLine("listening ", 30*time.Second); err != nil {
 		return err
 	}
-	n.proxy, err = p.waitLine("proxy ", 10*time.Second)
+	n.proxy, err = p.WaitLine("proxy ", 10*time.Second)
 	return err
 }
-
-// fuseSuperMagic is statfs's f_type of a FUSE filesystem.
-const fuseSuperMagic = 0x65735546
 
 // mount starts `damselfly mount` of im on n through n's peer (falling
 // back to the registry when the peer is unhealthy, as deployed) and waits
@@ -230,26 +174,13 @@ memory_bytes: 1048576
 	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
 		return err
 	}
-	p, err := startProc(c.logs, n.name+"-mount-"+im.name, c.binary, "--config", cfg, "mount", im.ref(c.regHost), m.dir)
+	p, err := c.start(n.name+"-mount-"+im.name, c.binary, "--config", cfg, "mount", im.ref(c.regHost), m.dir)
 	if err != nil {
 		return err
 	}
 	m.p = p
 	n.mounts = append(n.mounts, m)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var sfs syscall.Statfs_t
-		if syscall.Statfs(m.dir, &sfs) == nil && sfs.Type == fuseSuperMagic {
-			return nil
-		}
-		if p.exited() {
-			return fmt.Errorf("%s exited: %v:\n%s", p.name, p.err, p.logTail())
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s: mount did not come up", p.name)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return harness.WaitMounted(ctx, p, m.dir, 60*time.Second)
 }
 
 // unmount unmounts m and waits for its daemon to exit, which it must do on
@@ -258,20 +189,11 @@ func (m *mount) unmount() error {
 	if m.p == nil {
 		return nil
 	}
-	if m.p.exited() {
+	if m.p.Exited() {
 		syscall.Unmount(m.dir, syscall.MNT_DETACH)
-		return fmt.Errorf("%s had exited before shutdown: %v", m.p.name, m.p.err)
+		return fmt.Errorf("%s had exited before shutdown: %v", m.p.Name(), m.p.Err())
 	}
-	if err := fusemount.Unmount(m.dir); err != nil {
-		syscall.Unmount(m.dir, syscall.MNT_DETACH)
-		return errors.Join(fmt.Errorf("unmount %s: %w", m.dir, err), m.p.stop())
-	}
-	select {
-	case <-m.p.done:
-		return nil
-	case <-time.After(stopTimeout):
-		return errors.Join(fmt.Errorf("%s did not exit after its unmount", m.p.name), m.p.stop())
-	}
+	return harness.Unmount(m.p, m.dir)
 }
 
 // close stops everything in reverse order of start: mounts (in parallel),
@@ -298,21 +220,23 @@ func (c *cluster) stopAll() error {
 		}
 	}
 	wg.Wait()
-	stop := func(p *proc) {
+	stop := func(p *harness.Proc) {
 		if p == nil {
 			return
 		}
-		if p.exited() {
-			errs = append(errs, fmt.Errorf("%s had exited before shutdown: %v", p.name, p.err))
+		if p.Exited() {
+			errs = append(errs, fmt.Errorf("%s had exited before shutdown: %v", p.Name(), p.Err()))
 			return
 		}
-		errs = append(errs, p.stop())
+		errs = append(errs, p.Stop())
 	}
 	for _, n := range c.nodes {
 		stop(n.peer)
 	}
 	stop(c.scheduler)
-	stop(c.registry)
+	if c.registry != nil {
+		errs = append(errs, c.registry.Stop())
+	}
 	return errors.Join(errs...)
 }
 
@@ -323,28 +247,10 @@ func (c *cluster) daemons() []daemon {
 		ds = append(ds, daemon{Role: "scheduler", Name: "scheduler", p: c.scheduler, metrics: c.schedURL + "/metrics"})
 	}
 	for _, n := range c.nodes {
-		ds = append(ds, daemon{Role: "peer", Node: n.name, Name: n.peer.name, p: n.peer, metrics: n.proxy + "/metrics"})
+		ds = append(ds, daemon{Role: "peer", Node: n.name, Name: n.peer.Name(), p: n.peer, metrics: n.proxy + "/metrics"})
 		for _, m := range n.mounts {
-			ds = append(ds, daemon{Role: "mount", Node: n.name, Name: m.p.name, p: m.p, socket: fusemount.SocketPath(m.dir)})
+			ds = append(ds, daemon{Role: "mount", Node: n.name, Name: m.p.Name(), p: m.p, socket: fusemount.SocketPath(m.dir)})
 		}
 	}
 	return ds
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// lookPath finds a required system tool, saying how to get it.
-func lookPath(name string) (string, error) {
-	p, err := exec.LookPath(name)
-	if err != nil {
-		return "", fmt.Errorf("%s is required (make deps installs it): %w", name, err)
-	}
-	return strings.TrimSpace(p), nil
 }

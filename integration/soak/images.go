@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 
-	"damselfly/integration/sample"
+	"damselfly/integration/harness"
 	"damselfly/rafs/rafstest"
+	"damselfly/rafs/sample"
 )
 
 // image is one generated source image, converted to RAFS in the registry
@@ -65,7 +65,7 @@ func buildImages(ctx context.Context, binary, dir, regHost string, specs []image
 	srcs := map[string]rafstest.Image{}
 	var out []*image
 	for _, s := range specs {
-		src := sample.Image("src", sample.Options{Seed: s.seed, Scale: s.scale})
+		src := sample.Generate("src", sample.Options{Seed: s.seed, Scale: s.scale})
 		if s.base != "" {
 			b, ok := srcs[s.base]
 			if !ok {
@@ -84,18 +84,14 @@ func buildImages(ctx context.Context, binary, dir, regHost string, specs []image
 }
 
 func buildImage(ctx context.Context, binary, dir, regHost, name string, src rafstest.Image, chunkSize uint32) (*image, error) {
-	layout := filepath.Join(dir, "oci")
-	if err := rafstest.WriteOCILayout(ctx, layout, src); err != nil {
-		return nil, fmt.Errorf("image %s: %w", name, err)
-	}
-	root, err := rafstest.UmociUnpack(ctx, layout, "src", filepath.Join(dir, "umoci"))
+	u, err := harness.Unpack(ctx, dir, src)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", name, err)
 	}
+	root := u.Root
 	im := &image{name: name, root: root}
-	cmd := exec.CommandContext(ctx, binary, "convert", "--chunk-size", strconv.Itoa(int(chunkSize)), "oci:"+layout+":src", im.ref(regHost))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("damselfly convert %s: %v\n%s", name, err, out)
+	if _, err := harness.Convert(ctx, binary, u.Ref(), im.ref(regHost), "--chunk-size", strconv.Itoa(int(chunkSize))); err != nil {
+		return nil, fmt.Errorf("image %s: %w", name, err)
 	}
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {

@@ -20,6 +20,9 @@
 //	go run ./integration/soak -duration 2m -readers 8
 //
 // It needs root, /dev/fuse, docker-registry, umoci and the go command.
+// The registry, the processes and the image push are integration/harness,
+// shared with the cluster tests and the benchmarks; cluster.go writes the
+// daemons' configurations and stops them in order.
 package main
 
 import (

@@ -1,11 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
+
+	"damselfly/integration/harness"
 )
 
 // progressLine is one sample in a line, printed as the run goes.
@@ -189,15 +188,5 @@ func sourceList(m map[string]int64) string {
 
 // write puts soak.json and soak.md into dir.
 func (res *result) write(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	j, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "soak.json"), append(j, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "soak.md"), []byte(res.markdown()), 0o644)
+	return harness.WriteReport(dir, "soak", res, res.markdown())
 }

@@ -8,11 +8,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"damselfly/integration/harness"
 	"damselfly/peer/cache"
 	"damselfly/rafs"
 )
@@ -193,13 +193,8 @@ func run(ctx context.Context, cfg config) (_ *result, err error) {
 
 	logf("building damselfly")
 	c.binary = filepath.Join(work, "damselfly")
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		return nil, fmt.Errorf("the go command is needed to build damselfly: %w", err)
-	}
-	build := exec.CommandContext(ctx, gobin, "build", "-o", c.binary, "damselfly/cmd/damselfly")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build damselfly: %v\n%s", err, out)
+	if err := harness.Build(ctx, "", c.binary, harness.MainPackage); err != nil {
+		return nil, err
 	}
 	if err := c.startRegistry(ctx); err != nil {
 		return nil, err

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"damselfly/integration/harness"
 )
 
 // daemon is a process the sampler watches. metrics is its Prometheus
@@ -21,7 +23,7 @@ import (
 // that serves /metrics.
 type daemon struct {
 	Role, Node, Name string
-	p                *proc
+	p                *harness.Proc
 	metrics          string
 	socket           string
 }
@@ -177,7 +179,7 @@ func takeSample(c *cluster, ds []daemon, watch *cacheWatch, stats *readStats, re
 		byNode[n.name] = ns
 	}
 	for _, d := range ds {
-		ps := procSample{Name: d.Name, Role: d.Role, Node: d.Node, PID: d.p.pid(), Goroutines: -1, Exited: d.p.exited()}
+		ps := procSample{Name: d.Name, Role: d.Role, Node: d.Node, PID: d.p.Pid(), Goroutines: -1, Exited: d.p.Exited()}
 		if !ps.Exited {
 			ps.RSS, ps.Threads = procStatus(ps.PID)
 			ps.FDs = countFDs(ps.PID)

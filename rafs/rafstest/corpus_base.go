@@ -25,7 +25,7 @@ func baseLayer(cs int) Layer {
 		dir("var/log", 0o755),
 		dir("root", 0o700),
 		dir("home", 0o755),
-		dir("home/someone", 0o750).owner(1000, 1000),
+		dir("home/someone", 0o750).Owner(1000, 1000),
 	}
 	for i := range 40 {
 		d := fmt.Sprintf("usr/share/doc/pkg%02d", i)
@@ -51,15 +51,15 @@ func appLayer(cs int, version int) Layer {
 		dir("app", 0o755),
 		file("app/bin", 0o755, chunkContent(cs, bin, 2014, 5)),
 		text("app/config.json", 0o644, config),
-		dir("app/data", 0o750).owner(1000, 1000),
+		dir("app/data", 0o750).Owner(1000, 1000),
 	}
 	if version == 2 {
 		// The changed files get new mtimes, like a rebuild would give.
-		es[1] = es[1].at(mtimeFor(202, "app/bin"))
-		es[2] = es[2].at(mtimeFor(202, "app/config.json"))
+		es[1] = es[1].At(mtimeFor(202, "app/bin"))
+		es[2] = es[2].At(mtimeFor(202, "app/config.json"))
 	}
 	for i := range 10 {
-		es = append(es, file(fmt.Sprintf("app/data/file%d", i), 0o640, randomContent(uint64(2100+i), int64(100*i+1))).owner(1000, 1000))
+		es = append(es, file(fmt.Sprintf("app/data/file%d", i), 0o640, randomContent(uint64(2100+i), int64(100*i+1))).Owner(1000, 1000))
 	}
 	es = append(es, dir("etc", 0o755), text("etc/app.conf", 0o644, "listen=:8080\n"))
 	if version == 1 {

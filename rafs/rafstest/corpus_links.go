@@ -6,7 +6,7 @@ import "strings"
 func hardlinkLayers() []Layer {
 	l1 := stamp(31,
 		dir("hl", 0o755),
-		text("hl/g1", 0o640, "one inode, three names\n").owner(1000, 100),
+		text("hl/g1", 0o640, "one inode, three names\n").Owner(1000, 100),
 		hardlink("hl/g2", "hl/g1"),
 		hardlink("hl/g3", "hl/g1"),
 		text("hl/lower", 0o755, "linked to from layer 2\n"),
@@ -49,7 +49,7 @@ func symlinkLayers() []Layer {
 		symlink("sym/self", "self"),
 		symlink("sym/long", long),
 		symlink("sym/unicode", "日本語/naïve"),
-		symlink("sym/owned", "target-file").owner(1000, 1000),
+		symlink("sym/owned", "target-file").Owner(1000, 1000),
 		symlink("sym/becomes-file", "target-file"),
 	)
 	l2 := stamp(42,

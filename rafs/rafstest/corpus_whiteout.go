@@ -60,7 +60,7 @@ func whiteoutLayers() []Layer {
 	)
 	l3 := stamp(13,
 		dir("wh", 0o755),
-		text("wh/recreate", 0o600, "version 3, re-created after a whiteout\n").owner(1000, 1000),
+		text("wh/recreate", 0o600, "version 3, re-created after a whiteout\n").Owner(1000, 1000),
 		dir("wh/redir", 0o700),
 		text("wh/redir/new", 0o644, "the re-created directory's only child\n"),
 		dir("wh/opq3", 0o775),

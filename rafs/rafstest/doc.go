@@ -9,8 +9,10 @@
 //     layers, type changes, hardlinks across layers, odd names, chunk-edge
 //     file sizes, xattrs, special mode bits, owners, nanosecond mtimes and
 //     device nodes. HostileLayers holds malformed layers for bad-input tests.
-//   - WriteOCILayout writes images to an OCI image layout directory, streaming
-//     each layer through gzip to disk; WriteLayerTar writes one raw layer tar.
+//   - Entry, Layer and Image are rafs/sample's image model, shared with the
+//     demo's generated image. WriteOCILayout writes images to an OCI image
+//     layout directory, streaming each layer through gzip to disk;
+//     WriteLayerTar writes one raw layer tar (both call rafs/sample).
 //   - UmociUnpack runs the reference unpacker, umoci, and CompareTrees reports
 //     every difference between its output and another unpacked tree.
 //     Image.ImplicitDirs lists the directories whose mtimes no entry sets,

@@ -3,7 +3,9 @@ package rafstest
 import (
 	"errors"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -49,4 +51,11 @@ func unpackAll(t *testing.T, dir string, imgs []Image, suffix string) map[string
 		t.Fatal(err)
 	}
 	return roots
+}
+
+// cleanName turns a tar entry name into the slash-separated path relative to
+// the root: "./a/b/" becomes "a/b", "./" becomes "." (as sample's
+// ImplicitDirs does).
+func cleanName(name string) string {
+	return path.Clean(strings.TrimPrefix(name, "./"))
 }

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+
+	"damselfly/integration/harness"
 )
 
 // Scenario is one cluster shape measured over several runs, with the
@@ -160,18 +162,7 @@ func (r *Report) put(s Scenario) {
 
 // write saves dir/distribution.json and dir/distribution.md.
 func (r *Report) write(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, reportName+".json"), append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	md := "# damselfly distribution benchmarks\n\n" + r.markdown()
-	return os.WriteFile(filepath.Join(dir, reportName+".md"), []byte(md), 0o644)
+	return harness.WriteReport(dir, reportName, r, "# damselfly distribution benchmarks\n\n"+r.markdown())
 }
 
 // markdown renders the scenarios as a table, then compares each P2P

@@ -5,20 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"damselfly/fusemount"
+	"damselfly/integration/harness"
 )
-
-// fuseSuperMagic is statfs's f_type of a FUSE mount.
-const fuseSuperMagic = 0x65735546
 
 // mountConfig is what a measurement varies in the daemon's config file.
 type mountConfig struct {
@@ -47,13 +43,14 @@ amplify_io: %d
 
 // daemon is one `damselfly mount` child process.
 type daemon struct {
-	cmd     *exec.Cmd
+	*harness.Proc
 	mp      string
 	started time.Time
-	exited  chan struct{}
-	waitErr error
-	logPath string
 }
+
+// daemonStopTimeout is how long a daemon has to unmount and exit after
+// SIGTERM.
+const daemonStopTimeout = 30 * time.Second
 
 // startDaemon writes the config next to logPath and starts
 // `damselfly mount docker://SHAPER/REPO:TAG MP --config FILE`.
@@ -61,33 +58,26 @@ func startDaemon(bin, tag, mp string, cfg mountConfig, logPath string) (*daemon,
 	if err := os.MkdirAll(mp, 0o755); err != nil {
 		return nil, err
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(mp, &st); err == nil && st.Type == fuseSuperMagic {
+	if harness.IsFUSE(mp) {
 		return nil, fmt.Errorf("%s is still a FUSE mount", mp)
 	}
 	cfgPath := strings.TrimSuffix(logPath, ".log") + ".yaml"
 	if err := os.WriteFile(cfgPath, []byte(cfg.yaml()), 0o644); err != nil {
 		return nil, err
 	}
-	lf, err := os.Create(logPath)
+	ref := "docker://" + cfg.Shaper + "/" + cfg.Repo + ":" + tag
+	d := &daemon{mp: mp, started: time.Now()}
+	p, err := harness.Start(harness.ProcConfig{Name: strings.TrimSuffix(filepath.Base(logPath), ".log"), LogDir: filepath.Dir(logPath),
+		Path: bin, Args: []string{"mount", ref, mp, "--config", cfgPath}, StopTimeout: daemonStopTimeout})
 	if err != nil {
 		return nil, err
 	}
-	defer lf.Close()
-	ref := "docker://" + cfg.Shaper + "/" + cfg.Repo + ":" + tag
-	cmd := exec.Command(bin, "mount", ref, mp, "--config", cfgPath)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	d := &daemon{cmd: cmd, mp: mp, exited: make(chan struct{}), logPath: logPath}
-	d.started = time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() { d.waitErr = cmd.Wait(); close(d.exited) }()
+	d.Proc = p
 	return d, nil
 }
 
 // command is the daemon's command line, for the report.
-func (d *daemon) command() string { return strings.Join(d.cmd.Args, " ") }
+func (d *daemon) command() string { return d.Command() }
 
 // waitReady polls until the mountpoint is a FUSE mount that answers
 // statfs and lists its root, and returns the time since the process
@@ -95,15 +85,14 @@ func (d *daemon) command() string { return strings.Join(d.cmd.Args, " ") }
 func (d *daemon) waitReady(ctx context.Context, timeout time.Duration) (time.Duration, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		var st unix.Statfs_t
-		if unix.Statfs(d.mp, &st) == nil && st.Type == fuseSuperMagic {
+		if harness.IsFUSE(d.mp) {
 			if ents, err := os.ReadDir(d.mp); err == nil && len(ents) > 0 {
 				return time.Since(d.started), nil
 			}
 		}
 		select {
-		case <-d.exited:
-			return 0, fmt.Errorf("mount daemon exited before the mount was ready: %v: %s", d.waitErr, d.logTail())
+		case <-d.Done():
+			return 0, fmt.Errorf("mount daemon exited before the mount was ready: %v: %s", d.Err(), d.logTail())
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-time.After(time.Millisecond):
@@ -115,40 +104,26 @@ func (d *daemon) waitReady(ctx context.Context, timeout time.Duration) (time.Dur
 }
 
 func (d *daemon) logTail() string {
-	b, _ := os.ReadFile(d.logPath)
-	return lastLines(b, 5)
+	return lastLines([]byte(d.LogTail(4096)), 5)
 }
 
 // stop sends SIGTERM (the daemon unmounts and exits) and waits; a daemon
-// that does not exit within 30s is killed and its mount detached.
+// that does not exit within daemonStopTimeout is killed and its mount
+// detached.
 func (d *daemon) stop() error {
-	select {
-	case <-d.exited:
-		return d.exitError()
-	default:
+	if err := d.Stop(); err != nil {
+		unix.Unmount(d.mp, unix.MNT_DETACH)
+		return fmt.Errorf("mount daemon: %w", err)
 	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-		return d.exitError()
-	case <-time.After(30 * time.Second):
-	}
-	d.cmd.Process.Kill()
-	<-d.exited
-	unix.Unmount(d.mp, unix.MNT_DETACH)
-	return fmt.Errorf("mount daemon did not exit within 30s of SIGTERM; killed it")
-}
-
-func (d *daemon) exitError() error {
-	if d.waitErr != nil {
-		return fmt.Errorf("mount daemon: %v: %s", d.waitErr, d.logTail())
+	if d.Err() != nil {
+		return fmt.Errorf("mount daemon: %v: %s", d.Err(), d.logTail())
 	}
 	return nil
 }
 
 // memory reads VmRSS and VmHWM (bytes) from /proc/PID/status.
 func (d *daemon) memory() (rss, hwm int64, err error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(d.cmd.Process.Pid), "status"))
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(d.Pid()), "status"))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -174,7 +149,7 @@ func (d *daemon) memory() (rss, hwm int64, err error) {
 // cpuSeconds is the daemon's user and system CPU time so far, from
 // /proc/PID/stat (clock ticks of 1/100 s).
 func (d *daemon) cpuSeconds() (user, sys float64, err error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(d.cmd.Process.Pid), "stat"))
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(d.Pid()), "stat"))
 	if err != nil {
 		return 0, 0, err
 	}

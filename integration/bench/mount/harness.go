@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"damselfly/integration/bench"
+	"damselfly/integration/harness"
 	"damselfly/rafs/convert"
 	"damselfly/rafs/image"
 	"damselfly/rafs/rafstest"
@@ -44,8 +44,8 @@ type benchImage struct {
 // self, for the pull-and-unpack baseline.
 func (bi *benchImage) plain() bool { return bi.Kind != "files" }
 
-// harness holds what every measurement shares.
-type harness struct {
+// rig holds what every measurement shares.
+type rig struct {
 	o                    options
 	root, out, work, bin string
 	reg                  *registry
@@ -53,12 +53,12 @@ type harness struct {
 	env                  map[string]string
 }
 
-func (h *harness) logf(format string, args ...any) {
+func (h *rig) logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench-mount: "+format+"\n", args...)
 }
 
 // rel shortens a path under the repository root for the report.
-func (h *harness) rel(p string) string {
+func (h *rig) rel(p string) string {
 	if r, err := filepath.Rel(h.root, p); err == nil && !strings.HasPrefix(r, "..") {
 		return r
 	}
@@ -67,7 +67,7 @@ func (h *harness) rel(p string) string {
 
 // newHarness checks the tools, builds damselfly, prepares the images
 // and pushes them to a fresh registry.
-func newHarness(ctx context.Context, root string, o options) (_ *harness, err error) {
+func newHarness(ctx context.Context, root string, o options) (_ *rig, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("run as root: FUSE mounts, chroot and drop_caches need it")
 	}
@@ -79,7 +79,7 @@ func newHarness(ctx context.Context, root string, o options) (_ *harness, err er
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return nil, fmt.Errorf("/dev/fuse is required: %w", err)
 	}
-	h := &harness{o: o, root: root, out: o.out, env: map[string]string{}}
+	h := &rig{o: o, root: root, out: o.out, env: map[string]string{}}
 	cache := filepath.Join(o.out, "mount")
 	h.work = filepath.Join(cache, "work")
 	defer func() {
@@ -95,10 +95,8 @@ func newHarness(ctx context.Context, root string, o options) (_ *harness, err er
 	}
 	h.bin = filepath.Join(cache, "bin", "damselfly")
 	h.logf("building %s", h.rel(h.bin))
-	build := exec.CommandContext(ctx, "go", "build", "-o", h.bin, "./cmd/damselfly")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/damselfly: %w: %s", err, out)
+	if err := harness.Build(ctx, root, h.bin, "./cmd/damselfly"); err != nil {
+		return nil, err
 	}
 	h.describe(ctx)
 
@@ -114,7 +112,7 @@ func newHarness(ctx context.Context, root string, o options) (_ *harness, err er
 
 // addImages builds (or reuses) the source layouts, pushes them and
 // prepares file lists, unpacked trees and startup sets.
-func (h *harness) addImages(ctx context.Context, cache string) error {
+func (h *rig) addImages(ctx context.Context, cache string) error {
 	o := h.o
 	if o.images["debian"] {
 		h.logf("preparing the Debian image (the first run downloads packages into %s)", h.rel(filepath.Join(o.out, "debian")))
@@ -161,18 +159,14 @@ func (h *harness) addImages(ctx context.Context, cache string) error {
 
 // push converts the image into the registry and, for a baseline, copies
 // it there as it is.
-func (h *harness) push(ctx context.Context, bi *benchImage) error {
+func (h *rig) push(ctx context.Context, bi *benchImage) error {
 	bi.Source = "oci:" + h.rel(bi.layout) + ":" + bi.tag
 	bi.Repo = "bench/" + bi.Name
 	src := "oci:" + bi.layout + ":" + bi.tag
 	start := time.Now()
-	out, err := runCmd(ctx, h.bin, "convert", src, "docker://"+h.reg.host+"/"+bi.Repo+":rafs", "--json")
-	if err != nil {
+	var err error
+	if bi.Convert, err = h.convert(ctx, src, "docker://"+h.reg.host+"/"+bi.Repo+":rafs"); err != nil {
 		return err
-	}
-	bi.Convert = &convert.Result{}
-	if err := json.Unmarshal(out, bi.Convert); err != nil {
-		return fmt.Errorf("damselfly convert --json: %w", err)
 	}
 	h.logf("%s: converted into the registry in %.1fs (%d files, %s blobs, %s bootstrap layer)", bi.Name, time.Since(start).Seconds(),
 		bi.Convert.Stats.Files, mib(bi.Convert.NewBlobBytes), mib(bi.Convert.BootstrapLayer))
@@ -187,7 +181,7 @@ func (h *harness) push(ctx context.Context, bi *benchImage) error {
 
 // prepare lists the files, unpacks the image to local disk (the tree the
 // warm read is compared with) and determines the startup set.
-func (h *harness) prepare(ctx context.Context, bi *benchImage, sampleScale float64) error {
+func (h *rig) prepare(ctx context.Context, bi *benchImage, sampleScale float64) error {
 	img, err := image.Open(ctx, "docker://"+h.reg.host+"/"+bi.Repo+":rafs", image.Options{})
 	if err != nil {
 		return err
@@ -245,22 +239,25 @@ func (h *harness) prepare(ctx context.Context, bi *benchImage, sampleScale float
 		return err
 	}
 	start := time.Now()
-	out, err := runCmd(ctx, h.bin, "convert", "oci:"+bi.layout+":"+bi.tag, "docker://"+h.reg.host+"/"+bi.Repo+":rafs-startup",
-		"--prefetch-patterns", patterns, "--json")
-	if err != nil {
+	if bi.ConvertStartup, err = h.convert(ctx, "oci:"+bi.layout+":"+bi.tag, "docker://"+h.reg.host+"/"+bi.Repo+":rafs-startup",
+		"--prefetch-patterns", patterns); err != nil {
 		return err
-	}
-	bi.ConvertStartup = &convert.Result{}
-	if err := json.Unmarshal(out, bi.ConvertStartup); err != nil {
-		return fmt.Errorf("damselfly convert --json: %w", err)
 	}
 	h.logf("%s: converted with the startup set as prefetch patterns in %.1fs (%d chunks in the prefetch blob)", bi.Name,
 		time.Since(start).Seconds(), bi.ConvertStartup.Stats.PrefetchChunks)
 	return nil
 }
 
+// convert runs `damselfly convert SRC DST --json EXTRA...`, bounded by
+// stepTimeout.
+func (h *rig) convert(ctx context.Context, src, dst string, extra ...string) (*convert.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	return harness.Convert(ctx, h.bin, src, dst, extra...)
+}
+
 // describe records the machine and tool versions.
-func (h *harness) describe(ctx context.Context) {
+func (h *rig) describe(ctx context.Context) {
 	h.env["machine"] = fmt.Sprintf("%d cores, %s/%s, %s", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
 	for k, argv := range map[string][]string{
 		"kernel": {"uname", "-r"}, "skopeo": {"skopeo", "--version"}, "umoci": {"umoci", "--version"},
@@ -273,9 +270,11 @@ func (h *harness) describe(ctx context.Context) {
 }
 
 // close stops the registry and removes the work directory (unless -keep).
-func (h *harness) close() {
+func (h *rig) close() {
 	if h.reg != nil {
-		h.reg.stop()
+		if err := h.reg.Stop(); err != nil {
+			h.logf("%v", err)
+		}
 	}
 	if !h.o.keep && h.work != "" {
 		os.RemoveAll(h.work)
@@ -283,7 +282,7 @@ func (h *harness) close() {
 }
 
 // logWriter passes the image builders' progress through logf.
-type logWriter struct{ h *harness }
+type logWriter struct{ h *rig }
 
 func (w logWriter) Write(b []byte) (int, error) {
 	w.h.logf("%s", strings.TrimRight(string(b), "\n"))

@@ -17,7 +17,8 @@
 // It needs root (FUSE, chroot, drop_caches), skopeo, umoci,
 // docker-registry and fuse3; strace and perf are optional. Everything
 // listens on 127.0.0.1, and every process it starts is stopped before it
-// returns.
+// returns. The registry and the daemon processes are integration/harness,
+// shared with the cluster tests and the soak.
 package main
 
 import (

@@ -45,7 +45,7 @@ func (r results) get(p profile, bi *benchImage, what string) []sample {
 }
 
 // measure runs every selected measurement on every profile.
-func (h *harness) measure(ctx context.Context) (*report, error) {
+func (h *rig) measure(ctx context.Context) (*report, error) {
 	res := results{}
 	rep := &report{Started: time.Now().UTC().Format(time.RFC3339), Environment: h.env, Options: h.optionsSummary()}
 	for pi, p := range h.o.profiles {
@@ -94,7 +94,7 @@ func (h *harness) measure(ctx context.Context) (*report, error) {
 
 // measureImage measures one realistic image on one link: the baseline
 // and the mount side alternate which goes first from run to run.
-func (h *harness) measureImage(ctx context.Context, px *shaper.Proxy, p profile, bi *benchImage, res results) error {
+func (h *rig) measureImage(ctx context.Context, px *shaper.Proxy, p profile, bi *benchImage, res results) error {
 	rows := h.o.rows
 	python := rows["python"] && bi.Kind == "debian"
 	needBaseline := rows["ready"] || rows["startup"] || rows["cold"] || python
@@ -129,7 +129,7 @@ func (h *harness) measureImage(ctx context.Context, px *shaper.Proxy, p profile,
 }
 
 // mountSide is one run of every selected mount measurement.
-func (h *harness) mountSide(ctx context.Context, px *shaper.Proxy, p profile, bi *benchImage, r int, res results) error {
+func (h *rig) mountSide(ctx context.Context, px *shaper.Proxy, p profile, bi *benchImage, r int, res results) error {
 	rows := h.o.rows
 	cfgs := h.o.cold
 	if !rows["cold"] {
@@ -205,7 +205,7 @@ func (h *harness) mountSide(ctx context.Context, px *shaper.Proxy, p profile, bi
 // warmAndNative reads every file from a mount whose node cache is full
 // and from the unpacked tree on local disk, page cache dropped before
 // each, alternating which goes first.
-func (h *harness) warmAndNative(ctx context.Context, px *shaper.Proxy, p profile, bi *benchImage, r int, cacheDir string, res results) error {
+func (h *rig) warmAndNative(ctx context.Context, px *shaper.Proxy, p profile, bi *benchImage, r int, cacheDir string, res results) error {
 	warm := func() error {
 		var read time.Duration
 		s, err := h.mountRun(ctx, px, bi, h.o.cold[0], cacheDir, func(d *daemon) error {
@@ -249,7 +249,7 @@ func (h *harness) warmAndNative(ctx context.Context, px *shaper.Proxy, p profile
 }
 
 // readAll reads every file of bi under root and checks the byte count.
-func (h *harness) readAll(ctx context.Context, root string, bi *benchImage) error {
+func (h *rig) readAll(ctx context.Context, root string, bi *benchImage) error {
 	n, err := readFiles(ctx, root, bi.list.Paths, h.o.workers)
 	if err == nil && n != bi.Bytes {
 		err = fmt.Errorf("read %d bytes, the image has %d", n, bi.Bytes)
@@ -260,7 +260,7 @@ func (h *harness) readAll(ctx context.Context, root string, bi *benchImage) erro
 var cacheSeq int
 
 // cacheDir is a new, empty node cache directory.
-func (h *harness) cacheDir() string {
+func (h *rig) cacheDir() string {
 	cacheSeq++
 	return filepath.Join(h.work, "cache", fmt.Sprint(cacheSeq))
 }

@@ -18,7 +18,7 @@ import (
 // of every file of the first realistic image on the first link, then
 // during a warm read on the cache that filled, and writes the hottest
 // symbols of each to OUT/mount-perf.txt.
-func (h *harness) profile(ctx context.Context, rep *report) error {
+func (h *rig) profile(ctx context.Context, rep *report) error {
 	if _, err := exec.LookPath("perf"); err != nil {
 		rep.Notes = append(rep.Notes, "perf is not installed: no CPU profile of the daemon")
 		return nil
@@ -50,7 +50,7 @@ func (h *harness) profile(ctx context.Context, rep *report) error {
 		data := filepath.Join(h.work, "perf-"+phase+".data")
 		var read time.Duration
 		s, err := h.mountRun(ctx, px, bi, h.o.cold[0], cacheDir, func(d *daemon) error {
-			rec := exec.CommandContext(ctx, "perf", "record", "-F", "999", "-g", "-p", fmt.Sprint(d.cmd.Process.Pid), "-o", data)
+			rec := exec.CommandContext(ctx, "perf", "record", "-F", "999", "-g", "-p", fmt.Sprint(d.Pid()), "-o", data)
 			var out bytes.Buffer
 			rec.Stdout, rec.Stderr = &out, &out
 			if err := rec.Start(); err != nil {

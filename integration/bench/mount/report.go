@@ -1,13 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"damselfly/integration/bench"
+	"damselfly/integration/harness"
 )
 
 // report is everything one harness run measured.
@@ -21,7 +19,7 @@ type report struct {
 	Notes       []string          `json:"notes,omitempty"`
 }
 
-func (h *harness) optionsSummary() map[string]string {
+func (h *rig) optionsSummary() map[string]string {
 	var profiles, cold []string
 	for _, p := range h.o.profiles {
 		profiles = append(profiles, p.Name+" ("+p.Link.String()+")")
@@ -39,14 +37,7 @@ func (h *harness) optionsSummary() map[string]string {
 
 // write saves the report as mount.json and mount.md in dir.
 func (r *report) write(dir string) error {
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "mount.json"), append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "mount.md"), []byte(r.markdown()), 0o644)
+	return harness.WriteReport(dir, "mount", r, r.markdown())
 }
 
 // markdown renders the table, then how the figures were taken.
@@ -79,8 +70,8 @@ func (r *report) markdown() string {
 		if row.Met != nil {
 			m = map[bool]string{true: "yes", false: "**no**"}[*row.Met]
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d | `%s` |\n", esc(row.What), esc(d), esc(base), esc(ratio),
-			esc(row.Target), m, row.Runs, strings.ReplaceAll(row.Command, "|", `\|`))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d | `%s` |\n", harness.Esc(row.What), harness.Esc(d), harness.Esc(base), harness.Esc(ratio),
+			harness.Esc(row.Target), m, row.Runs, strings.ReplaceAll(row.Command, "|", `\|`))
 	}
 	b.WriteString("\n## How\n\n")
 	for _, n := range methodNotes {
@@ -127,5 +118,3 @@ func cell(v float64, unit string) string {
 	}
 	return fmt.Sprintf("%g %s", v, unit)
 }
-
-func esc(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

@@ -19,7 +19,7 @@ const (
 func met(b bool) *bool { return &b }
 
 // rows turns the samples into the table.
-func (h *harness) rows(res results) []bench.Row {
+func (h *rig) rows(res results) []bench.Row {
 	var rows []bench.Row
 	for pi, p := range h.o.profiles {
 		var smallest float64
@@ -35,7 +35,7 @@ func (h *harness) rows(res results) []bench.Row {
 }
 
 // repro is the harness command that measures one row again.
-func (h *harness) repro(p profile, bi *benchImage, row string, extra string) string {
+func (h *rig) repro(p profile, bi *benchImage, row string, extra string) string {
 	imgs := bi.Kind
 	s := fmt.Sprintf("go run ./integration/bench/mount -images %s -profiles %s -rows %s -runs %d", imgs, p.Name, row, h.o.runs)
 	if bi.Kind == "files" {
@@ -47,7 +47,7 @@ func (h *harness) repro(p profile, bi *benchImage, row string, extra string) str
 	return s
 }
 
-func (h *harness) imageRows(res results, p profile, bi *benchImage) []bench.Row {
+func (h *rig) imageRows(res results, p profile, bi *benchImage) []bench.Row {
 	var rows []bench.Row
 	base := res.get(p, bi, "baseline")
 	if len(base) == 0 {
@@ -127,7 +127,7 @@ func coldFlag(c coldConfig) string {
 	return s
 }
 
-func (h *harness) warmRows(res results, p profile, bi *benchImage) []bench.Row {
+func (h *rig) warmRows(res results, p profile, bi *benchImage) []bench.Row {
 	warm, native := res.get(p, bi, "warm"), res.get(p, bi, "native")
 	if len(warm) == 0 || len(native) == 0 {
 		return nil
@@ -145,7 +145,7 @@ func (h *harness) warmRows(res results, p profile, bi *benchImage) []bench.Row {
 
 // filesRows are mount-ready time against file count on every link, and
 // memory on the first.
-func (h *harness) filesRows(res results, p profile, first bool, bi *benchImage, smallest *float64) []bench.Row {
+func (h *rig) filesRows(res results, p profile, first bool, bi *benchImage, smallest *float64) []bench.Row {
 	var rows []bench.Row
 	n := bi.Convert.Stats.Files
 	name := fmt.Sprintf("%s @ %s", bi.Name, p.Name)

@@ -18,7 +18,7 @@ var runSeq int
 // shaper with cfg and the node cache in cacheDir, waits until the mount
 // is ready, runs work (if any) on it and stops the daemon. Seconds is
 // the time from the daemon's start to the end of work.
-func (h *harness) mountRun(ctx context.Context, px *shaper.Proxy, bi *benchImage, cfg coldConfig, cacheDir string, work func(*daemon) error) (sample, error) {
+func (h *rig) mountRun(ctx context.Context, px *shaper.Proxy, bi *benchImage, cfg coldConfig, cacheDir string, work func(*daemon) error) (sample, error) {
 	if err := dropCaches(); err != nil {
 		return sample{}, err
 	}
@@ -77,7 +77,7 @@ func (h *harness) mountRun(ctx context.Context, px *shaper.Proxy, bi *benchImage
 // baselineRun pulls the plain image through the shaper with skopeo into
 // an OCI layout and unpacks it with umoci, page cache dropped first;
 // with python, it then runs the import in the unpacked tree.
-func (h *harness) baselineRun(ctx context.Context, px *shaper.Proxy, bi *benchImage, python bool) (sample, error) {
+func (h *rig) baselineRun(ctx context.Context, px *shaper.Proxy, bi *benchImage, python bool) (sample, error) {
 	pull := filepath.Join(h.work, "pull", bi.Name)
 	bundle := filepath.Join(h.work, "bundle", bi.Name)
 	clean := func() error { return errors.Join(os.RemoveAll(pull), os.RemoveAll(bundle)) }
@@ -119,7 +119,7 @@ func (h *harness) baselineRun(ctx context.Context, px *shaper.Proxy, bi *benchIm
 // measureFiles measures a many-files image: mount-ready time on every
 // link, and on the first one the daemon's memory right after mounting
 // and after `find MOUNT -type f` has walked every file.
-func (h *harness) measureFiles(ctx context.Context, px *shaper.Proxy, p profile, bi *benchImage, first bool, res results) error {
+func (h *rig) measureFiles(ctx context.Context, px *shaper.Proxy, p profile, bi *benchImage, first bool, res results) error {
 	rss := first && h.o.rows["rss"]
 	if !rss && !h.o.rows["ready"] {
 		return nil

@@ -12,8 +12,8 @@ import (
 	"regexp"
 	"strings"
 
-	sampleimg "damselfly/integration/sample"
 	"damselfly/rafs/image"
+	sampleimg "damselfly/rafs/sample"
 )
 
 // pythonImport is the application start of the Debian image.
@@ -154,5 +154,5 @@ func resolve(fsys linkFS, p string) (string, error) {
 // and configuration, about 5% of its files), for the image that
 // bench.SampleLayout wrote at scale.
 func sampleStartupSet(scale float64) []string {
-	return sampleimg.StartupSet(sampleimg.Image("sample", sampleimg.Options{Seed: 1, Scale: scale}))
+	return sampleimg.StartupSet(sampleimg.Generate("sample", sampleimg.Options{Seed: 1, Scale: scale}))
 }

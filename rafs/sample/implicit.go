@@ -1,4 +1,4 @@
-package rafstest
+package sample
 
 import (
 	"archive/tar"

@@ -1,6 +1,7 @@
-package rafstest
+package sample_test
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -13,6 +14,9 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"damselfly/rafs/rafstest"
+	. "damselfly/rafs/sample"
 )
 
 // TestWriteOCILayoutValid reads the layout back with go-containerregistry and
@@ -21,7 +25,7 @@ import (
 func TestWriteOCILayoutValid(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	imgs := Corpus(CorpusOptions{ChunkSize: 64 << 10})
+	imgs := rafstest.Corpus(rafstest.CorpusOptions{ChunkSize: 64 << 10})
 	if err := WriteOCILayout(t.Context(), dir, imgs...); err != nil {
 		t.Fatalf("WriteOCILayout: %v", err)
 	}
@@ -71,7 +75,10 @@ func TestWriteOCILayoutErrors(t *testing.T) {
 	t.Parallel()
 	cancelled, cancel := context.WithCancel(t.Context())
 	cancel()
-	one := Image{Name: "one", Layers: []Layer{stamp(1, text("f", 0o644, "x"))}}
+	one := Image{Name: "one", Layers: []Layer{{{
+		Hdr:  tar.Header{Typeflag: tar.TypeReg, Name: "f", Mode: 0o644, Size: 1, Format: tar.FormatPAX},
+		Data: func(w io.Writer) error { _, err := w.Write([]byte("x")); return err },
+	}}}}
 	tests := []struct {
 		name string
 		ctx  context.Context
@@ -82,7 +89,7 @@ func TestWriteOCILayoutErrors(t *testing.T) {
 		{"cancelled", cancelled, []Image{one}, context.Canceled, ""},
 		{"repeated name", t.Context(), []Image{one, one}, nil, "name empty or repeated"},
 		{"empty name", t.Context(), []Image{{Layers: one.Layers}}, nil, "name empty or repeated"},
-		{"short data", t.Context(), []Image{{Name: "short", Layers: []Layer{{{Hdr: one.Layers[0][0].Hdr, Data: func(io.Writer) error { return nil }}}}}}, errShortData, ""},
+		{"short data", t.Context(), []Image{{Name: "short", Layers: []Layer{{{Hdr: one.Layers[0][0].Hdr, Data: func(io.Writer) error { return nil }}}}}}, ErrShortData, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package rafstest
+package sample
 
 import (
 	"archive/tar"
@@ -7,9 +7,9 @@ import (
 	"io"
 )
 
-// errShortData reports that an entry's Data wrote fewer bytes than its header
+// ErrShortData reports that an entry's Data wrote fewer bytes than its header
 // promised; it is a bug in the entry unless the entry sets Truncate.
-var errShortData = errors.New("data shorter than header size")
+var ErrShortData = errors.New("data shorter than header size")
 
 // WriteLayerTar writes l to w as an uncompressed tar stream, header by header
 // and streaming each body, so memory use does not grow with file sizes. An
@@ -32,7 +32,7 @@ func WriteLayerTar(w io.Writer, l Layer) error {
 				return nil
 			}
 			if cw.n != h.Size {
-				return fmt.Errorf("entry %d %q: wrote %d of %d bytes: %w", i, h.Name, cw.n, h.Size, errShortData)
+				return fmt.Errorf("entry %d %q: wrote %d of %d bytes: %w", i, h.Name, cw.n, h.Size, ErrShortData)
 			}
 		}
 	}

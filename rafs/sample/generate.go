@@ -1,10 +1,3 @@
-// Package sample generates a small but realistic container image: a
-// Debian-like base (binaries, shared libraries, configuration, docs), a
-// Python layer of many small source files, and an application layer with
-// a model file and a whiteout. Content is pseudo-random with the
-// compressibility of its real counterpart (source text compresses about
-// 4x, binaries about 2x, weights hardly), deterministic for a seed. The
-// demo and the benchmarks use it where a real image cannot be downloaded.
 package sample
 
 import (
@@ -14,8 +7,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
-
-	"damselfly/rafs/rafstest"
 )
 
 // Options size the image.
@@ -82,28 +73,28 @@ func (g *gen) binary(size int) []byte {
 	return out[:size]
 }
 
-func file(name string, data []byte, mode int64) rafstest.Entry {
-	return rafstest.Entry{
+func file(name string, data []byte, mode int64) Entry {
+	return Entry{
 		Hdr:  tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(data)), ModTime: mtime, Format: tar.FormatPAX},
 		Data: func(w io.Writer) error { _, err := w.Write(data); return err },
 	}
 }
 
-func dir(name string) rafstest.Entry {
-	return rafstest.Entry{Hdr: tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755, ModTime: mtime, Format: tar.FormatPAX}}
+func dir(name string) Entry {
+	return Entry{Hdr: tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755, ModTime: mtime, Format: tar.FormatPAX}}
 }
 
-func symlink(name, target string) rafstest.Entry {
-	return rafstest.Entry{Hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777, ModTime: mtime, Format: tar.FormatPAX}}
+func symlink(name, target string) Entry {
+	return Entry{Hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777, ModTime: mtime, Format: tar.FormatPAX}}
 }
 
-// Image returns the sample image named name.
-func Image(name string, o Options) rafstest.Image {
+// Generate returns the sample image named name.
+func Generate(name string, o Options) Image {
 	if o.Scale <= 0 {
 		o.Scale = 1
 	}
 	g := &gen{r: rand.New(rand.NewPCG(o.Seed, 42)), scale: o.Scale}
-	base := rafstest.Layer{dir("etc"), dir("usr"), dir("usr/bin"), dir("usr/lib"), dir("usr/lib/x86_64-linux-gnu"), dir("usr/share"), dir("usr/share/doc"), symlink("bin", "usr/bin"), symlink("lib", "usr/lib")}
+	base := Layer{dir("etc"), dir("usr"), dir("usr/bin"), dir("usr/lib"), dir("usr/lib/x86_64-linux-gnu"), dir("usr/share"), dir("usr/share/doc"), symlink("bin", "usr/bin"), symlink("lib", "usr/lib")}
 	for i := range g.n(60) {
 		base = append(base, file(fmt.Sprintf("etc/conf%03d.conf", i), g.text(200+g.r.IntN(3000)), 0o644))
 	}
@@ -117,7 +108,7 @@ func Image(name string, o Options) rafstest.Image {
 		d := fmt.Sprintf("usr/share/doc/pkg%03d", i)
 		base = append(base, dir(d), file(d+"/copyright", g.text(500+g.r.IntN(4000)), 0o644))
 	}
-	py := rafstest.Layer{dir("usr/lib/python3"), dir("usr/lib/python3/site-packages")}
+	py := Layer{dir("usr/lib/python3"), dir("usr/lib/python3/site-packages")}
 	for p := range g.n(30) {
 		d := fmt.Sprintf("usr/lib/python3/site-packages/pkg%02d", p)
 		py = append(py, dir(d))
@@ -126,7 +117,7 @@ func Image(name string, o Options) rafstest.Image {
 		}
 		py = append(py, file(d+"/_native.so", g.binary(100<<10+g.r.IntN(2<<20)), 0o755))
 	}
-	app := rafstest.Layer{dir("app"), dir("app/models")}
+	app := Layer{dir("app"), dir("app/models")}
 	for i := range g.n(40) {
 		app = append(app, file(fmt.Sprintf("app/src%02d.py", i), g.text(1000+g.r.IntN(20<<10)), 0o644))
 	}
@@ -135,13 +126,13 @@ func Image(name string, o Options) rafstest.Image {
 		weights[i] = byte(g.r.Uint32() & 0x3f)
 	}
 	app = append(app, file("app/models/weights.bin", weights, 0o644),
-		rafstest.Entry{Hdr: tar.Header{Typeflag: tar.TypeReg, Name: "usr/share/doc/pkg000/.wh.copyright", ModTime: mtime, Format: tar.FormatPAX}})
-	return rafstest.Image{Name: name, Layers: []rafstest.Layer{base, py, app}}
+		Entry{Hdr: tar.Header{Typeflag: tar.TypeReg, Name: "usr/share/doc/pkg000/.wh.copyright", ModTime: mtime, Format: tar.FormatPAX}})
+	return Image{Name: name, Layers: []Layer{base, py, app}}
 }
 
 // StartupSet returns the paths a process starting from the image reads:
 // its entry points and configuration, about 5% of the files.
-func StartupSet(img rafstest.Image) []string {
+func StartupSet(img Image) []string {
 	gone := map[string]bool{}
 	for _, l := range img.Layers {
 		for _, e := range l {

@@ -1,4 +1,4 @@
-package rafstest
+package sample
 
 import (
 	"compress/gzip"
@@ -72,6 +72,8 @@ func appendImage(ctx context.Context, p layout.Path, img Image) error {
 		if err != nil {
 			return fmt.Errorf("layer %d: %w", i, err)
 		}
+		// CreatedBy keeps the name it had when this code lived in rafstest,
+		// so that config digests stay what they were.
 		adds[i] = mutate.Addendum{
 			Layer:     fl,
 			MediaType: types.OCILayer,

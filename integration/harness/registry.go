@@ -1,0 +1,199 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// RegistryConfig configures a docker-registry origin.
+type RegistryConfig struct {
+	// Dir holds the configuration, the storage and the htpasswd file.
+	Dir string
+	// LogDir holds the process logs, one per start (registry-1.log,
+	// registry-2.log, ...); "" is Dir.
+	LogDir string
+	// AccessLog keeps the registry's access log (combined log format, on
+	// its stdout, so in Proc().Log()); off, only warnings are logged.
+	AccessLog bool
+	// Delete allows DELETE of manifests and blobs.
+	Delete bool
+	// OwnGroup is passed to ProcConfig.
+	OwnGroup bool
+}
+
+// readyTimeout bounds how long a starting registry has to answer.
+const readyTimeout = 15 * time.Second
+
+// Registry is docker-registry (Debian's distribution v2 package) on a
+// loopback port with filesystem storage. It can be stopped and started
+// again on the same port with the same content, which is how scenarios
+// play an outage. Its methods are not safe for concurrent use.
+type Registry struct {
+	cfg    RegistryConfig
+	host   string // "127.0.0.1:PORT"
+	config string
+	auth   bool
+	p      *Proc
+	n      int // starts so far
+}
+
+// StartRegistry starts a registry on a free port of 127.0.0.1 and waits
+// until it answers. docker-registry must be on PATH.
+func StartRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
+	if _, err := exec.LookPath("docker-registry"); err != nil {
+		return nil, fmt.Errorf("docker-registry is required (make deps installs it): %w", err)
+	}
+	if cfg.LogDir == "" {
+		cfg.LogDir = cfg.Dir
+	}
+	for _, d := range []string{cfg.Dir, cfg.LogDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// A free port is found and then handed over, so another process may
+	// take it in between: try a few.
+	var last error
+	for range 3 {
+		host, err := freeHost()
+		if err != nil {
+			return nil, err
+		}
+		r := &Registry{cfg: cfg, host: host, config: filepath.Join(cfg.Dir, "config.yml")}
+		if err := os.WriteFile(r.config, []byte(r.yaml()), 0o644); err != nil {
+			return nil, err
+		}
+		if last = r.Up(ctx); last == nil {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("start docker-registry: %w", last)
+}
+
+func (r *Registry) yaml() string {
+	var b strings.Builder
+	b.WriteString("version: 0.1\nlog:\n  level: warn\n")
+	if !r.cfg.AccessLog {
+		b.WriteString("  accesslog:\n    disabled: true\n")
+	}
+	fmt.Fprintf(&b, "storage:\n  filesystem:\n    rootdirectory: %q\n", filepath.Join(r.cfg.Dir, "storage"))
+	if r.cfg.Delete {
+		b.WriteString("  delete:\n    enabled: true\n")
+	}
+	fmt.Fprintf(&b, "http:\n  addr: %q\n", r.host)
+	return b.String()
+}
+
+// Host is "127.0.0.1:PORT", the same across restarts.
+func (r *Registry) Host() string { return r.host }
+
+// Proc is the current registry process.
+func (r *Registry) Proc() *Proc { return r.p }
+
+// Up starts the registry process (again) and waits until it answers
+// GET /v2/ with 200, or 401 once RequireAuth was called.
+func (r *Registry) Up(ctx context.Context) error {
+	r.n++
+	p, err := Start(ProcConfig{Name: fmt.Sprintf("registry-%d", r.n), LogDir: r.cfg.LogDir, Path: "docker-registry",
+		Args: []string{"serve", r.config}, OwnGroup: r.cfg.OwnGroup})
+	if err != nil {
+		return err
+	}
+	r.p = p
+	ok := func(code int) bool {
+		return code == http.StatusOK || r.auth && code == http.StatusUnauthorized
+	}
+	if err := WaitHTTP(ctx, p, "http://"+r.host+"/v2/", ok, readyTimeout); err != nil {
+		p.Kill()
+		return err
+	}
+	return nil
+}
+
+// Down stops the registry: connections to its port are refused. It
+// reports a registry that had to be killed.
+func (r *Registry) Down() error { return r.p.Stop() }
+
+// Stop is Down, for the end of a run; it also reports a registry that
+// had died on its own.
+func (r *Registry) Stop() error {
+	if r.p.Exited() {
+		return fmt.Errorf("%s had exited before shutdown: %v", r.p.Name(), r.p.Err())
+	}
+	return r.p.Stop()
+}
+
+// RequireAuth restarts the registry with htpasswd authentication: from
+// then on only user with pass may pull (or push) anything.
+func (r *Registry) RequireAuth(ctx context.Context, user, pass string) error {
+	hash, err := bcrypt.GenerateFromPassword([]byte(pass), bcrypt.MinCost)
+	if err != nil {
+		return err
+	}
+	htpasswd := filepath.Join(r.cfg.Dir, "htpasswd")
+	if err := os.WriteFile(htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
+		return err
+	}
+	yml := r.yaml() + fmt.Sprintf("auth:\n  htpasswd:\n    realm: damselfly-test\n    path: %q\n", htpasswd)
+	if err := os.WriteFile(r.config, []byte(yml), 0o644); err != nil {
+		return err
+	}
+	r.auth = true
+	return errors.Join(r.Down(), r.Up(ctx))
+}
+
+// WaitHTTP polls url until it answers with a status ok accepts (nil: 200
+// only), p exits, ctx ends or timeout passes.
+func WaitHTTP(ctx context.Context, p *Proc, url string, ok func(int) bool, timeout time.Duration) error {
+	if ok == nil {
+		ok = func(code int) bool { return code == http.StatusOK }
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if ok(resp.StatusCode) {
+				return nil
+			}
+		}
+		if p.Exited() {
+			return fmt.Errorf("%s exited: %v:\n%s", p.Name(), p.Err(), p.LogTail(3000))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: no answer from %s: %w", p.Name(), url, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// FreePort returns a port of 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func freeHost() (string, error) {
+	port, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port), nil
+}
