@@ -11,7 +11,7 @@ import (
 )
 
 func TestLoadMountSample(t *testing.T) {
-	cfg, err := Load("mount.yaml", fusemount.DefaultConfig())
+	cfg, err := Load("mount.yaml", "mount", fusemount.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestLoadMountSample(t *testing.T) {
 func TestLoadEnvOverridesFile(t *testing.T) {
 	t.Setenv("DAMSELFLY_BACKEND_PROXY_URL", "http://127.0.0.1:9")
 	t.Setenv("DAMSELFLY_CACHE_CAPACITY", "12345")
-	cfg, err := Load("mount.yaml", fusemount.DefaultConfig())
+	cfg, err := Load("mount.yaml", "mount", fusemount.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestLoadEnvOverridesFile(t *testing.T) {
 func TestLoadRejectsUnknownKeys(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(p, []byte("backend:\n  proxxy:\n    url: x\n"), 0o644)
-	_, err := Load(p, fusemount.DefaultConfig())
+	_, err := Load(p, "mount", fusemount.DefaultConfig())
 	if err == nil || !strings.Contains(err.Error(), "proxxy") {
 		t.Fatalf("got %v, want an error naming the unknown key", err)
 	}
@@ -47,7 +47,7 @@ func TestLoadRejectsUnknownKeys(t *testing.T) {
 func TestInvalidConfigListsEveryProblem(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(p, []byte("amplify_io: 1\nprefetch:\n  threads: 0\n"), 0o644)
-	cfg, err := Load(p, fusemount.DefaultConfig())
+	cfg, err := Load(p, "mount", fusemount.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

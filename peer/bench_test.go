@@ -385,12 +385,9 @@ func startBenchPeer(b *testing.B, keyFile string, st *scheduler.State, originURL
 		stop()
 		b.Fatal(err)
 	}
-	h, err := dhost.New(context.Background(), dhost.Config{
-		IdentityFile:   filepath.Join(dir, "identity.key"),
-		ListenAddrs:    []string{"/ip4/127.0.0.1/tcp/0"},
-		ClusterKeyFile: keyFile,
-		DialTimeout:    5 * time.Second,
-	}, nil)
+	hc := dhost.Loopback(filepath.Join(dir, "identity.key"), keyFile)
+	hc.DialTimeout = 5 * time.Second
+	h, err := dhost.New(context.Background(), hc, nil)
 	if err != nil {
 		fail(err)
 	}

@@ -37,7 +37,7 @@ Configuration (--config, nydusd-shaped) is documented in configs/mount.yaml.`,
 	f.BoolVar(&insecure, "insecure", false, "plain HTTP to registries (automatic for loopback)")
 	f.BoolVar(&printConfig, "print-config", false, "print the effective configuration and exit")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		cfg, err := configs.Load(g.configFile, fusemount.DefaultConfig())
+		cfg, err := configs.Load(g.configFile, "mount", fusemount.DefaultConfig())
 		if err != nil {
 			return err
 		}

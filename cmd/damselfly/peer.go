@@ -37,7 +37,7 @@ cluster key is required: copy the scheduler's, or make one with
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "state directory: identity, cluster key, holdings (overrides the configuration's dir; default "+daemon.DefaultDir+")")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := configs.Load(g.configFile, daemon.Default())
+		cfg, err := configs.Load(g.configFile, "peer", daemon.Default())
 		if err != nil {
 			return err
 		}

@@ -183,7 +183,7 @@ func TestPeerRefusesMissingClusterKey(t *testing.T) {
 
 func TestPeerSampleConfig(t *testing.T) {
 	t.Parallel()
-	cfg, err := configs.Load(filepath.Join("..", "..", "configs", "peer.yaml"), daemon.Default())
+	cfg, err := configs.Load(filepath.Join("..", "..", "configs", "peer.yaml"), "peer", daemon.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
