@@ -398,12 +398,14 @@ func startBenchPeer(b *testing.B, keyFile string, st *scheduler.State, originURL
 		fail(err)
 	}
 	closers = append(closers, func() { c.Close() })
-	srv, err := exchange.NewServer(h, c, exchange.ServerConfig{}, nil)
+	srv, err := exchange.NewServer(h, c, exchange.DefaultServerConfig(), nil)
 	if err != nil {
 		fail(err)
 	}
 	closers = append(closers, func() { srv.Close() })
-	up, err := registry.New(registry.Config{DefaultRegistry: originURL}, nil)
+	rc := registry.Default()
+	rc.DefaultRegistry = originURL
+	up, err := registry.New(rc, nil)
 	if err != nil {
 		fail(err)
 	}

@@ -370,7 +370,8 @@ func newNode(t testing.TB, keyFile string, st *scheduler.State, o nodeOpts) *nod
 	if o.store != nil {
 		store = o.store(c)
 	}
-	scfg := exchange.ServerConfig{NoVerify: o.noVerify}
+	scfg := exchange.DefaultServerConfig()
+	scfg.NoVerify = o.noVerify
 	if o.server != nil {
 		o.server(&scfg)
 	}

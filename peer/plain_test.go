@@ -92,7 +92,9 @@ func newMirrorNode(t testing.TB, key string, st *scheduler.State, reg *plainRegi
 	if wrap != nil {
 		store = wrap(c)
 	}
-	srv, err := exchange.NewServer(h, store, exchange.ServerConfig{NoVerify: wrap != nil}, nil)
+	scfg := exchange.DefaultServerConfig()
+	scfg.NoVerify = wrap != nil
+	srv, err := exchange.NewServer(h, store, scfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
