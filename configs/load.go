@@ -219,12 +219,14 @@ func (s shape) explain(key string, renames map[string]string) string {
 	if best != "" {
 		now = renames[best] + key[len(best):]
 	}
+	// within reports whether k is the key of l or inside it (a map's).
+	within := func(k, l string) bool { return k == l || strings.HasPrefix(k, l+".") }
 	for _, l := range s.leaves {
 		switch {
-		case l.file == now && now != key:
+		case within(now, l.file) && now != key:
 			return fmt.Sprintf("key %s was renamed: it is %s now", key, now)
-		case l.path == now && l.file != key:
-			return fmt.Sprintf("key %s is %s now (a tunable whose default needs no touching; tunables live under %s:)", key, l.file, AdvancedKey)
+		case within(now, l.path) && l.file != l.path:
+			return fmt.Sprintf("key %s is %s now (a tunable whose default needs no touching; tunables live under %s:)", key, l.file+now[len(l.path):], AdvancedKey)
 		case strings.HasPrefix(key, AdvancedKey+".") && l.file == strings.TrimPrefix(key, AdvancedKey+"."):
 			return fmt.Sprintf("key %s is not a tunable: set %s, outside %s:", key, l.file, AdvancedKey)
 		case strings.HasPrefix(l.file, key+"."):

@@ -62,9 +62,11 @@ func TestFetcherThroughRealPeerTailStuck(t *testing.T) {
 	})
 	url, cacheDir := startRealPeer(t, reg)
 
-	be, err := backend.New(backend.Config{Type: backend.TypeRegistry, Host: strings.TrimPrefix(reg, "http://"), Repo: peerRepo,
-		Timeout: 25 * time.Second, Deadline: 25 * time.Second,
-		Proxy: backend.ProxyConfig{URL: url, Fallback: false, CheckInterval: time.Hour}})
+	bc := backend.Default()
+	bc.Host, bc.Repo = strings.TrimPrefix(reg, "http://"), peerRepo
+	bc.Timeout, bc.Deadline = 25*time.Second, 25*time.Second
+	bc.Proxy = backend.ProxyConfig{URL: url, Fallback: false, CheckInterval: time.Hour}
+	be, err := backend.New(bc)
 	if err != nil {
 		t.Fatal(err)
 	}

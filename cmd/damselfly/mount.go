@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 
 	"damselfly/configs"
 	"damselfly/fusemount"
@@ -42,7 +41,10 @@ Configuration (--config, nydusd-shaped) is documented in configs/mount.yaml.`,
 			return err
 		}
 		if printConfig {
-			return yaml.NewEncoder(cmd.OutOrStdout()).Encode(cfg.Redacted())
+			return configs.Print(cmd.OutOrStdout(), cfg.Redacted())
+		}
+		if err := configs.Validate(cfg); err != nil {
+			return fmt.Errorf("config: %w", err)
 		}
 		log, err := g.logger()
 		if err != nil {
