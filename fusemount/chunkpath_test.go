@@ -87,7 +87,7 @@ func newFetcherFixture(t *testing.T) *fetcherFixture {
 	if len(fx.want) < 8 {
 		t.Fatalf("the sizes image has %d chunks, want several runs' worth", len(fx.want))
 	}
-	be, err := backend.New(backend.Config{Type: backend.TypeOCI, Dir: layout})
+	be, err := backend.New(backend.OCI(layout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func (fx *fetcherFixture) readAll(t *testing.T, f *Fetcher) {
 
 func openCache(t *testing.T, dir string) *cache.Cache {
 	t.Helper()
-	c, err := cache.Open(cache.Config{Dir: dir})
+	c, err := cache.Open(cache.Default(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,12 +321,16 @@ func (p *mountPeer) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.D
 // server's URL.
 func startMountPeer(t *testing.T, host string, peer *mountPeer) (url string, stop func()) {
 	t.Helper()
-	up, err := registry.New(registry.Config{DefaultRegistry: "http://" + host}, nil)
+	rc := registry.Default()
+	rc.DefaultRegistry = "http://" + host
+	up, err := registry.New(rc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	peer.up = up
-	srv, err := peerproxy.New(peerproxy.Config{Listen: "127.0.0.1:0"}, peer, up, nil, nil)
+	pc := peerproxy.Default()
+	pc.Listen = "127.0.0.1:0"
+	srv, err := peerproxy.New(pc, peer, up, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

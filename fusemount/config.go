@@ -5,67 +5,63 @@ import (
 	"fmt"
 	"time"
 
+	"damselfly/configs/field"
 	"damselfly/fusemount/backend"
+	"damselfly/peer/cache"
 	"damselfly/rafs"
 )
 
 // Config is the mount daemon's configuration, in nydusd's shape: a
 // backend (registry with a proxy and fallback, or a local OCI layout), a
 // cache, prefetch, and FUSE tuning. The YAML keys are the mapstructure
-// tags; configs/mount.yaml documents each.
+// tags; configs/mount.yaml documents each. Fields tagged
+// config:"advanced", here and in backend.Config and cache.Config, are
+// tunables whose defaults need no touching, read from the file's
+// advanced: section (advanced.amplify_io, advanced.backend.deadline, ...).
 type Config struct {
-	Backend  backend.Config `mapstructure:"backend"`
-	Cache    CacheConfig    `mapstructure:"cache"`
+	Backend backend.Config `mapstructure:"backend"`
+	// Cache is the node cache shared with the node's peer daemon (the
+	// same keys as its cache section); an empty Dir disables the disk
+	// cache. DirectIO is off by default: the mount daemon reads the cache
+	// on the path of a FUSE read, where a chunk the page cache still
+	// holds answers sooner. Give the peer daemon's cache.group: a mount
+	// daemon running as another user in that group reads the cache and
+	// leaves writing it to the peer daemon.
+	Cache    cache.Config   `mapstructure:"cache"`
 	Prefetch PrefetchConfig `mapstructure:"prefetch"`
-	// AmplifyIO is the most bytes one backend request fetches (merging
-	// adjacent missing chunks).
-	AmplifyIO int `mapstructure:"amplify_io"`
 	// MemoryBytes bounds decoded chunks kept in memory.
 	MemoryBytes int64 `mapstructure:"memory_bytes"`
-	// ReadaheadChunks past a sequential read are fetched in the background.
-	ReadaheadChunks int `mapstructure:"readahead_chunks"`
-	// EntryTimeout is how long the kernel may cache entries and attributes;
-	// the tree is immutable, so long is right.
-	EntryTimeout time.Duration `mapstructure:"entry_timeout"`
 	// APISocket is the control socket; empty means the default derived
 	// from the mountpoint (see SocketPath).
 	APISocket string `mapstructure:"api_socket"`
 	// AllowOther lets users other than the mounting one read the mount
 	// (the default when mounting as root).
 	AllowOther *bool `mapstructure:"allow_other"`
+	// AmplifyIO is the most bytes one backend request fetches (merging
+	// adjacent missing chunks).
+	AmplifyIO int `mapstructure:"amplify_io" config:"advanced"`
+	// ReadaheadChunks past a sequential read are fetched in the background.
+	ReadaheadChunks int `mapstructure:"readahead_chunks" config:"advanced"`
+	// EntryTimeout is how long the kernel may cache entries and attributes;
+	// the tree is immutable, so long is right.
+	EntryTimeout time.Duration `mapstructure:"entry_timeout" config:"advanced"`
 	// MaxBootstrapBytes is the largest bootstrap the image's bootstrap
 	// layer may inflate to; a layer whose superblock declares more is
 	// refused before it is inflated (rafs.DefaultMaxBootstrapSize, sized
 	// for a few million files, by default).
-	MaxBootstrapBytes int64 `mapstructure:"max_bootstrap_bytes"`
+	MaxBootstrapBytes int64 `mapstructure:"max_bootstrap_bytes" config:"advanced"`
 }
 
-// CacheConfig is the node cache shared with the node's peer daemon.
-type CacheConfig struct {
-	// Dir is the node cache directory; empty disables the disk cache.
-	Dir           string  `mapstructure:"dir"`
-	Capacity      int64   `mapstructure:"capacity"` // bytes; 0 = unlimited
-	HighWatermark float64 `mapstructure:"high_watermark"`
-	LowWatermark  float64 `mapstructure:"low_watermark"`
-	// DirectIO reads and writes chunk files past the page cache (see
-	// peer/cache.Config.DirectIO). Off by default: the mount daemon reads
-	// the cache on the path of a FUSE read, where a chunk the page cache
-	// still holds answers sooner.
-	DirectIO bool `mapstructure:"direct_io"`
-	// Group, a group name or gid, makes the cache's directories 0750 and
-	// files 0640 owned by that group instead of 0700 and 0600 (see
-	// peer/cache.Config.Group). Give the peer daemon's cache.group; a
-	// mount daemon running as another user in that group reads the
-	// cache and leaves writing it to the peer daemon.
-	Group string `mapstructure:"group"`
-}
+// DefaultCacheDir is the node cache the peer daemon uses by default too.
+const DefaultCacheDir = "/var/lib/damselfly/cache"
 
 // PrefetchConfig controls the background fetch after mounting.
 type PrefetchConfig struct {
 	Enable bool `mapstructure:"enable"`
 	// All, after the prefetch table, fetches every remaining chunk.
-	All     bool `mapstructure:"prefetch_all"`
-	Threads int  `mapstructure:"threads"`
+	All bool `mapstructure:"prefetch_all"`
+	// Threads is how many fetches the prefetch has in flight.
+	Threads int `mapstructure:"threads" config:"advanced"`
 	// BandwidthLimit in bytes per second; 0 = unlimited.
 	BandwidthLimit int64 `mapstructure:"bandwidth_limit"`
 }
@@ -73,15 +69,8 @@ type PrefetchConfig struct {
 // DefaultConfig returns the defaults every field falls back to.
 func DefaultConfig() Config {
 	return Config{
-		Backend: backend.Config{
-			Type:           "registry",
-			Timeout:        30 * time.Second,
-			ConnectTimeout: 5 * time.Second,
-			RetryLimit:     3,
-			Deadline:       3 * time.Minute,
-			Proxy:          backend.ProxyConfig{Fallback: true, CheckInterval: 5 * time.Second},
-		},
-		Cache:           CacheConfig{Dir: "/var/lib/damselfly/cache", HighWatermark: 0.95, LowWatermark: 0.8},
+		Backend:         backend.Default(),
+		Cache:           cache.Default(DefaultCacheDir),
 		Prefetch:        PrefetchConfig{Enable: true, Threads: 2},
 		AmplifyIO:       1 << 20,
 		MemoryBytes:     32 << 20,
@@ -128,11 +117,8 @@ func (c Config) Validate() error {
 	if c.EntryTimeout < 0 {
 		add("entry_timeout", "negative")
 	}
-	if c.Cache.Capacity < 0 {
-		add("cache.capacity", "negative")
-	}
-	if c.Cache.Capacity > 0 && !(c.Cache.LowWatermark > 0 && c.Cache.LowWatermark < c.Cache.HighWatermark && c.Cache.HighWatermark <= 1) {
-		add("cache", "want 0 < low_watermark (%v) < high_watermark (%v) <= 1", c.Cache.LowWatermark, c.Cache.HighWatermark)
+	if c.Cache.Dir != "" {
+		errs = append(errs, field.In("cache", c.Cache.Validate()))
 	}
 	if c.Prefetch.Threads < 1 || c.Prefetch.Threads > 64 {
 		add("prefetch.threads", "%d outside 1..64", c.Prefetch.Threads)

@@ -123,7 +123,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	// The cache first: open keeps the image's bootstrap in it.
 	if c := opts.Config.Cache; c.Dir != "" {
-		d.cache, err = cache.Open(cache.Config{Dir: c.Dir, Capacity: c.Capacity, HighWatermark: c.HighWatermark, LowWatermark: c.LowWatermark, DirectIO: c.DirectIO, Group: c.Group, Logger: d.log})
+		c.Logger = d.log
+		d.cache, err = cache.Open(c)
 		if err != nil {
 			return fmt.Errorf("node cache: %w", err)
 		}

@@ -62,9 +62,11 @@ func TestFetcherThroughRealPeerTailStuck(t *testing.T) {
 	})
 	url, cacheDir := startRealPeer(t, reg)
 
-	be, err := backend.New(backend.Config{Type: backend.TypeRegistry, Host: strings.TrimPrefix(reg, "http://"), Repo: peerRepo,
-		Timeout: 25 * time.Second, Deadline: 25 * time.Second,
-		Proxy: backend.ProxyConfig{URL: url, Fallback: false, CheckInterval: time.Hour}})
+	bc := backend.Default()
+	bc.Host, bc.Repo = strings.TrimPrefix(reg, "http://"), peerRepo
+	bc.Timeout, bc.Deadline = 25*time.Second, 25*time.Second
+	bc.Proxy = backend.ProxyConfig{URL: url, Fallback: false, CheckInterval: time.Hour}
+	be, err := backend.New(bc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,8 +206,7 @@ func startRealPeer(t *testing.T, origin string) (url, cacheDir string) {
 	if err := dhost.CreateClusterKeyFile(key); err != nil {
 		t.Fatal(err)
 	}
-	h, err := dhost.New(t.Context(), dhost.Config{IdentityFile: filepath.Join(dir, "identity.key"),
-		ListenAddrs: []string{"/ip4/127.0.0.1/tcp/0"}, ClusterKeyFile: key}, nil)
+	h, err := dhost.New(t.Context(), dhost.Loopback(filepath.Join(dir, "identity.key"), key), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,9 @@ func startRealPeer(t *testing.T, origin string) (url, cacheDir string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	up, err := registry.New(registry.Config{DefaultRegistry: origin, Timeout: 25 * time.Second}, nil)
+	rc := registry.Default()
+	rc.DefaultRegistry, rc.Timeout = origin, 25*time.Second
+	up, err := registry.New(rc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +231,9 @@ func startRealPeer(t *testing.T, origin string) (url, cacheDir string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	srv, err := peerproxy.New(peerproxy.Config{Listen: "127.0.0.1:0"}, n, up, nil, nil)
+	pc := peerproxy.Default()
+	pc.Listen = "127.0.0.1:0"
+	srv, err := peerproxy.New(pc, n, up, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ import (
 func BenchmarkWarmRead(b *testing.B) {
 	const files, fileSize = 8, 8 << 20
 	boot, blobs := buildTextImage(b, files, fileSize)
-	c, err := cache.Open(cache.Config{Dir: filepath.Join(b.TempDir(), "cache")})
+	c, err := cache.Open(cache.Default(filepath.Join(b.TempDir(), "cache")))
 	if err != nil {
 		b.Fatal(err)
 	}

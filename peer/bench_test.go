@@ -385,12 +385,9 @@ func startBenchPeer(b *testing.B, keyFile string, st *scheduler.State, originURL
 		stop()
 		b.Fatal(err)
 	}
-	h, err := dhost.New(context.Background(), dhost.Config{
-		IdentityFile:   filepath.Join(dir, "identity.key"),
-		ListenAddrs:    []string{"/ip4/127.0.0.1/tcp/0"},
-		ClusterKeyFile: keyFile,
-		DialTimeout:    5 * time.Second,
-	}, nil)
+	hc := dhost.Loopback(filepath.Join(dir, "identity.key"), keyFile)
+	hc.DialTimeout = 5 * time.Second
+	h, err := dhost.New(context.Background(), hc, nil)
 	if err != nil {
 		fail(err)
 	}
@@ -401,12 +398,14 @@ func startBenchPeer(b *testing.B, keyFile string, st *scheduler.State, originURL
 		fail(err)
 	}
 	closers = append(closers, func() { c.Close() })
-	srv, err := exchange.NewServer(h, c, exchange.ServerConfig{}, nil)
+	srv, err := exchange.NewServer(h, c, exchange.DefaultServerConfig(), nil)
 	if err != nil {
 		fail(err)
 	}
 	closers = append(closers, func() { srv.Close() })
-	up, err := registry.New(registry.Config{DefaultRegistry: originURL}, nil)
+	rc := registry.Default()
+	rc.DefaultRegistry = originURL
+	up, err := registry.New(rc, nil)
 	if err != nil {
 		fail(err)
 	}

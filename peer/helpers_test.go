@@ -348,12 +348,9 @@ func newSchedulerWith(t testing.TB, set func(*scheduler.Config)) *scheduler.Stat
 // with st.
 func newNode(t testing.TB, keyFile string, st *scheduler.State, o nodeOpts) *node {
 	t.Helper()
-	h, err := dhost.New(t.Context(), dhost.Config{
-		IdentityFile:   filepath.Join(t.TempDir(), "identity.key"),
-		ListenAddrs:    []string{"/ip4/127.0.0.1/tcp/0"},
-		ClusterKeyFile: keyFile,
-		DialTimeout:    5 * time.Second,
-	}, nil)
+	hc := dhost.Loopback(filepath.Join(t.TempDir(), "identity.key"), keyFile)
+	hc.DialTimeout = 5 * time.Second
+	h, err := dhost.New(t.Context(), hc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +370,8 @@ func newNode(t testing.TB, keyFile string, st *scheduler.State, o nodeOpts) *nod
 	if o.store != nil {
 		store = o.store(c)
 	}
-	scfg := exchange.ServerConfig{NoVerify: o.noVerify}
+	scfg := exchange.DefaultServerConfig()
+	scfg.NoVerify = o.noVerify
 	if o.server != nil {
 		o.server(&scfg)
 	}

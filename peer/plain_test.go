@@ -76,12 +76,9 @@ type mirrorNode struct {
 // registry as default origin.
 func newMirrorNode(t testing.TB, key string, st *scheduler.State, reg *plainRegistry, wrap func(*cache.Cache) exchange.Store, edit ...func(*NodeConfig)) *mirrorNode {
 	t.Helper()
-	h, err := dhost.New(t.Context(), dhost.Config{
-		IdentityFile:   filepath.Join(t.TempDir(), "identity.key"),
-		ListenAddrs:    []string{"/ip4/127.0.0.1/tcp/0"},
-		ClusterKeyFile: key,
-		DialTimeout:    5 * time.Second,
-	}, nil)
+	hc := dhost.Loopback(filepath.Join(t.TempDir(), "identity.key"), key)
+	hc.DialTimeout = 5 * time.Second
+	h, err := dhost.New(t.Context(), hc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +92,9 @@ func newMirrorNode(t testing.TB, key string, st *scheduler.State, reg *plainRegi
 	if wrap != nil {
 		store = wrap(c)
 	}
-	srv, err := exchange.NewServer(h, store, exchange.ServerConfig{NoVerify: wrap != nil}, nil)
+	scfg := exchange.DefaultServerConfig()
+	scfg.NoVerify = wrap != nil
+	srv, err := exchange.NewServer(h, store, scfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Defaults for the zero values of Config.
+// Defaults of Config (Default).
 const (
 	DefaultListen            = "127.0.0.1:7950"
 	DefaultReadHeaderTimeout = 10 * time.Second
@@ -21,8 +21,11 @@ const (
 	DefaultAuthStale         = 24 * time.Hour
 )
 
-// Config configures a Server. The zero value of every field means its
-// default. The mapstructure tags are the configuration file's keys.
+// Config configures a Server. Start from Default: a zero field means
+// zero, and Validate refuses it where that makes no sense. The
+// mapstructure tags are the configuration file's keys; fields tagged
+// config:"advanced" are tunables whose defaults need no touching
+// (advanced.proxy.* in the peer's file).
 type Config struct {
 	// Listen is the TCP address, host:port (port 0 picks a free one).
 	Listen string `mapstructure:"listen"`
@@ -33,30 +36,30 @@ type Config struct {
 	// UnixSocket, if set, is a unix socket path served as well.
 	UnixSocket string `mapstructure:"unix_socket"`
 	// ReadHeaderTimeout bounds reading a request's headers.
-	ReadHeaderTimeout time.Duration `mapstructure:"read_header_timeout"`
+	ReadHeaderTimeout time.Duration `mapstructure:"read_header_timeout" config:"advanced"`
 	// ReadTimeout bounds reading a whole request, body included. It does
 	// not bound streaming a response.
-	ReadTimeout time.Duration `mapstructure:"read_timeout"`
+	ReadTimeout time.Duration `mapstructure:"read_timeout" config:"advanced"`
 	// IdleTimeout closes keep-alive connections idle this long.
-	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	IdleTimeout time.Duration `mapstructure:"idle_timeout" config:"advanced"`
 	// MaxHeaderBytes bounds a request's headers.
-	MaxHeaderBytes int `mapstructure:"max_header_bytes"`
+	MaxHeaderBytes int `mapstructure:"max_header_bytes" config:"advanced"`
 	// WriteStallTimeout bounds each write of a response body: a client
 	// that stops reading for this long is cut off, so it cannot hold a
 	// fetch open. (A whole-response WriteTimeout would cut long streams.)
-	WriteStallTimeout time.Duration `mapstructure:"write_stall_timeout"`
+	WriteStallTimeout time.Duration `mapstructure:"write_stall_timeout" config:"advanced"`
 	// ShutdownTimeout is how long Serve waits for requests in flight
 	// after its context ends before closing their connections.
-	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" config:"advanced"`
 	// AuthTTL is how long the origin registry's verdict on a client
 	// (may these credentials pull this blob of this repository?) is used
 	// before the registry is asked again (authz.go). A refusal is kept at
 	// most 5 s.
-	AuthTTL time.Duration `mapstructure:"auth_ttl"`
+	AuthTTL time.Duration `mapstructure:"auth_ttl" config:"advanced"`
 	// AuthStale is how long a client the registry allowed keeps being
 	// allowed while the registry cannot be reached. Clients it never
 	// allowed are refused during an outage.
-	AuthStale time.Duration `mapstructure:"auth_stale"`
+	AuthStale time.Duration `mapstructure:"auth_stale" config:"advanced"`
 	// GrantKeyFile holds the key of the grants that let an allowed mount
 	// daemon read through an outage for its whole life (authz.go): 32
 	// random bytes, created 0600 on first start. Empty: a new key per
@@ -79,49 +82,15 @@ func Default() Config {
 	}
 }
 
-func (c Config) withDefaults() Config {
-	d := Default()
-	if c.Listen == "" {
-		c.Listen = d.Listen
-	}
-	if c.ReadHeaderTimeout == 0 {
-		c.ReadHeaderTimeout = d.ReadHeaderTimeout
-	}
-	if c.ReadTimeout == 0 {
-		c.ReadTimeout = d.ReadTimeout
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = d.IdleTimeout
-	}
-	if c.MaxHeaderBytes == 0 {
-		c.MaxHeaderBytes = d.MaxHeaderBytes
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = d.ShutdownTimeout
-	}
-	if c.WriteStallTimeout == 0 {
-		c.WriteStallTimeout = d.WriteStallTimeout
-	}
-	if c.AuthTTL == 0 {
-		c.AuthTTL = d.AuthTTL
-	}
-	if c.AuthStale == 0 {
-		c.AuthStale = d.AuthStale
-	}
-	return c
-}
-
-// Validate reports every problem of c at once.
+// Validate reports every problem of c at once, each naming its key.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Listen != "" {
-		host, _, err := net.SplitHostPort(c.Listen)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("listen: %q: %w", c.Listen, err))
-		case !c.AllowRemote && !loopbackHost(host):
-			errs = append(errs, fmt.Errorf("listen: %q is not a loopback address (set allow_remote to serve the network)", c.Listen))
-		}
+	host, _, err := net.SplitHostPort(c.Listen)
+	switch {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("listen: %q: %w", c.Listen, err))
+	case !c.AllowRemote && !loopbackHost(host):
+		errs = append(errs, fmt.Errorf("listen: %q is not a loopback address (set allow_remote to serve the network)", c.Listen))
 	}
 	for _, f := range []struct {
 		name string
@@ -131,12 +100,12 @@ func (c Config) Validate() error {
 		{"idle_timeout", c.IdleTimeout}, {"shutdown_timeout", c.ShutdownTimeout},
 		{"write_stall_timeout", c.WriteStallTimeout}, {"auth_ttl", c.AuthTTL}, {"auth_stale", c.AuthStale},
 	} {
-		if f.d < 0 {
-			errs = append(errs, fmt.Errorf("%s: %v is negative", f.name, f.d))
+		if f.d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %v is not positive", f.name, f.d))
 		}
 	}
-	if c.MaxHeaderBytes < 0 || c.MaxHeaderBytes > 16<<20 {
-		errs = append(errs, fmt.Errorf("max_header_bytes: %d is outside 0..16 MiB", c.MaxHeaderBytes))
+	if c.MaxHeaderBytes < 1<<10 || c.MaxHeaderBytes > 16<<20 {
+		errs = append(errs, fmt.Errorf("max_header_bytes: %d is outside 1 KiB..16 MiB", c.MaxHeaderBytes))
 	}
 	return errors.Join(errs...)
 }

@@ -46,7 +46,6 @@ func New(cfg Config, chunks ChunkSource, up *registry.Client, reg prometheus.Reg
 	if chunks == nil || up == nil {
 		return nil, errors.New("proxy: a ChunkSource and an upstream client are required")
 	}
-	cfg = cfg.withDefaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -28,7 +28,8 @@ func TestConfigValidate(t *testing.T) {
 		want string
 	}{
 		{"default", func(*proxy.Config) {}, ""},
-		{"zero", func(c *proxy.Config) { *c = proxy.Config{} }, ""},
+		{"zero", func(c *proxy.Config) { *c = proxy.Config{} }, "listen"},
+		{"zero timeouts", func(c *proxy.Config) { *c = proxy.Config{Listen: proxy.DefaultListen} }, "read_header_timeout"},
 		{"ipv6 loopback", func(c *proxy.Config) { c.Listen = "[::1]:0" }, ""},
 		{"localhost", func(c *proxy.Config) { c.Listen = "localhost:7950" }, ""},
 		{"remote refused", func(c *proxy.Config) { c.Listen = "0.0.0.0:7950" }, "listen"},

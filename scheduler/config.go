@@ -13,45 +13,45 @@ type Config struct {
 	// PeerTTL is how long a peer stays a member after its last
 	// registration or heartbeat. A peer silent for longer is never
 	// offered as a parent, and Expire drops it with all its holdings.
-	PeerTTL time.Duration
+	PeerTTL time.Duration `mapstructure:"peer_ttl"`
 	// MaxPeers bounds the members: a registration that would start a
 	// session beyond it is refused with ErrTooManyPeers (members
 	// registering again are not refused, and a peer whose TTL ran out
 	// frees its place). Each member costs about 1 KiB before holdings;
 	// the bound is what keeps peer IDs, which cost nothing to make,
 	// from costing the scheduler without limit.
-	MaxPeers int
+	MaxPeers int `mapstructure:"max_peers"`
 	// MaxPeersPerSource bounds the members registered from one machine
 	// (PeerInfo.Source, the address the transport saw), so that one
 	// machine making peer IDs cannot take every place of MaxPeers.
 	// Peers behind one NAT address are one machine too.
-	MaxPeersPerSource int
+	MaxPeersPerSource int `mapstructure:"max_peers_per_source"`
 
 	// MaxParents is the most parents one answer names.
-	MaxParents int
+	MaxParents int `mapstructure:"max_parents"`
 	// MaxChunksPerQuery bounds the chunks of one Parents call (as the
 	// chunk exchange bounds a batch).
-	MaxChunksPerQuery int
+	MaxChunksPerQuery int `mapstructure:"max_chunks_per_query"`
 	// MaxChunksPerBlob bounds chunk ordinals: every ordinal must be below
 	// it. It caps the size of one holding's bitset.
-	MaxChunksPerBlob uint32
+	MaxChunksPerBlob uint32 `mapstructure:"max_chunks_per_blob"`
 	// MaxHoldingBytesPerPeer bounds the memory one peer's holdings may
 	// take (bitset words plus a fixed cost per blob held), so a peer that
 	// announces absurd ordinals or blobs hurts only itself.
-	MaxHoldingBytesPerPeer int64
+	MaxHoldingBytesPerPeer int64 `mapstructure:"max_holding_bytes_per_peer"`
 	// MaxHoldingBytes bounds the same count over all members, so that
 	// MaxPeers peers each within MaxHoldingBytesPerPeer still cannot
 	// make the scheduler hold more: an announcement that would take the
 	// total over it fails with ErrLimit, as one over the peer's own
 	// budget does.
-	MaxHoldingBytes int64
+	MaxHoldingBytes int64 `mapstructure:"max_holding_bytes"`
 
 	// OriginFetchers (M) is the most peers fetching one chunk from the
 	// origin at the same time. The others are told to wait for them.
-	OriginFetchers int
+	OriginFetchers int `mapstructure:"origin_fetchers"`
 	// OriginTimeout is how long a designated fetcher has to announce the
 	// chunk before its turn is given to the next peer that asks.
-	OriginTimeout time.Duration
+	OriginTimeout time.Duration `mapstructure:"origin_timeout"`
 	// OriginTurnsPerPeer bounds the origin turns one peer holds at once
 	// while other peers want the same blob: past it, the peer is told to
 	// wait briefly (originDefer) and the turns go to the next peer that
@@ -59,43 +59,43 @@ type Config struct {
 	// through several downlinks and are relayed from several uplinks, not
 	// all from the first peer to ask. A peer alone with a blob is not
 	// bounded. 0 means no bound.
-	OriginTurnsPerPeer int
+	OriginTurnsPerPeer int `mapstructure:"origin_turns_per_peer"`
 	// WaitRetry is the longest "ask again after" given to a waiting peer.
-	WaitRetry time.Duration
+	WaitRetry time.Duration `mapstructure:"wait_retry"`
 	// MaxWaiters bounds the peers remembered as waiting for one chunk (to
 	// be woken when it is announced). Waiters beyond it still retry.
-	MaxWaiters int
+	MaxWaiters int `mapstructure:"max_waiters"`
 
 	// LeaseTimeout is how long an assignment counts as load on its parent
 	// and may be reported on, unless the requester reports it sooner.
-	LeaseTimeout time.Duration
+	LeaseTimeout time.Duration `mapstructure:"lease_timeout"`
 	// MaxLeasesPerPeer bounds a requester's outstanding assignments; the
 	// oldest is released when a new one would exceed it.
-	MaxLeasesPerPeer int
+	MaxLeasesPerPeer int `mapstructure:"max_leases_per_peer"`
 
 	// FeedbackWeight is the weight of the newest report in the moving
 	// averages of a peer's success rate and throughput, in (0, 1].
-	FeedbackWeight float64
+	FeedbackWeight float64 `mapstructure:"feedback_weight"`
 	// RefThroughput (bytes/s) is the throughput at which a parent counts
 	// as fully fast; slower parents rank lower, down to a quarter.
-	RefThroughput int64
+	RefThroughput int64 `mapstructure:"ref_throughput"`
 	// Jitter is the spread of the random factor that breaks ties between
 	// near-equal parents, in [0, 1): scores are multiplied by a uniform
 	// value in [1-Jitter/2, 1+Jitter/2).
-	Jitter float64
+	Jitter float64 `mapstructure:"jitter"`
 	// ParentSample bounds the holders of a blob one query looks at, for
 	// blobs with many: those on the requester's host, and up to this
 	// many in each of its rack, its zone, and elsewhere, visited in a
 	// random order, plus any other holder of a chunk none of those holds
 	// (see candidates). 0 looks at every holder.
-	ParentSample int
+	ParentSample int `mapstructure:"parent_sample"`
 
 	// RefuteDuration is how long chunks a requester found missing at a
 	// parent (Outcome.Missing) stay refuted: the parent's announcements
 	// of them are held back until then (refute.go). An honest parent
 	// that evicted a chunk answers "not found" too, and is excused when
 	// it drops the chunk (it does on eviction), so this may be long.
-	RefuteDuration time.Duration
+	RefuteDuration time.Duration `mapstructure:"refute_duration"`
 
 	// TreeMaxChildren is the most outstanding assignments a parent takes
 	// before it is full: requesters of chunks only full parents hold
@@ -109,7 +109,7 @@ type Config struct {
 	// transfer time). Measured with 8 nodes pulling 64 MiB over
 	// 200 Mbit/s links, in one session: 1.31x the physical bound at 1,
 	// 1.53x at 2, 1.69x at 3, 1.80x at 4.
-	TreeMaxChildren int
+	TreeMaxChildren int `mapstructure:"tree_max_children"`
 	// TreeStarveAfter is how long a requester waits for such future
 	// holders of a chunk before a full parent serves it anyway. It must
 	// cover the waits a whole read window can see over the slowest
@@ -118,21 +118,21 @@ type Config struct {
 	// (0.4 s per 1 MiB chunk) fell into a star in about half the runs at
 	// 3 s (11.1-17.6 s) and once at 5 s (21.7 s); at 8 s twelve runs
 	// took 11.5-12.9 s, and runs at 200 Mbit/s were unchanged.
-	TreeStarveAfter time.Duration
+	TreeStarveAfter time.Duration `mapstructure:"tree_starve_after"`
 
 	// BanDuration is how long a ban, and an accuser's own avoidance of
 	// the peer it accused, last. Accusations are remembered as long.
-	BanDuration time.Duration
+	BanDuration time.Duration `mapstructure:"ban_duration"`
 	// BanQuorum is how many distinct machines (PeerInfo.Source, the
 	// address the transport saw, not peer IDs or labels) must accuse a
 	// peer of bad bytes within BanDuration before it is banned
 	// cluster-wide.
-	BanQuorum int
+	BanQuorum int `mapstructure:"ban_quorum"`
 	// AccusationBurst and AccusationRefill rate-limit bad-bytes
 	// accusations per reporter: a token bucket of AccusationBurst tokens,
 	// one token back every AccusationRefill.
-	AccusationBurst  int
-	AccusationRefill time.Duration
+	AccusationBurst  int           `mapstructure:"accusation_burst"`
+	AccusationRefill time.Duration `mapstructure:"accusation_refill"`
 }
 
 // Default returns the default configuration.
@@ -180,45 +180,42 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %d must be positive", name, n))
 		}
 	}
-	positiveDur("PeerTTL", c.PeerTTL)
-	positiveInt("MaxParents", int64(c.MaxParents))
-	positiveInt("MaxChunksPerQuery", int64(c.MaxChunksPerQuery))
-	positiveInt("MaxChunksPerBlob", int64(c.MaxChunksPerBlob))
-	positiveInt("MaxPeers", int64(c.MaxPeers))
-	positiveInt("MaxPeersPerSource", int64(c.MaxPeersPerSource))
-	positiveInt("MaxHoldingBytesPerPeer", c.MaxHoldingBytesPerPeer)
-	positiveInt("MaxHoldingBytes", c.MaxHoldingBytes)
+	positiveDur("peer_ttl", c.PeerTTL)
+	positiveInt("max_parents", int64(c.MaxParents))
+	positiveInt("max_chunks_per_query", int64(c.MaxChunksPerQuery))
+	positiveInt("max_chunks_per_blob", int64(c.MaxChunksPerBlob))
+	positiveInt("max_peers", int64(c.MaxPeers))
+	positiveInt("max_peers_per_source", int64(c.MaxPeersPerSource))
+	positiveInt("max_holding_bytes_per_peer", c.MaxHoldingBytesPerPeer)
+	positiveInt("max_holding_bytes", c.MaxHoldingBytes)
 	if c.MaxHoldingBytes > 0 && c.MaxHoldingBytesPerPeer > c.MaxHoldingBytes {
-		errs = append(errs, fmt.Errorf("MaxHoldingBytesPerPeer: %d is more than MaxHoldingBytes %d", c.MaxHoldingBytesPerPeer, c.MaxHoldingBytes))
+		errs = append(errs, fmt.Errorf("max_holding_bytes_per_peer: %d is more than max_holding_bytes %d", c.MaxHoldingBytesPerPeer, c.MaxHoldingBytes))
 	}
-	positiveInt("OriginFetchers", int64(c.OriginFetchers))
-	positiveDur("OriginTimeout", c.OriginTimeout)
+	positiveInt("origin_fetchers", int64(c.OriginFetchers))
+	positiveDur("origin_timeout", c.OriginTimeout)
 	if c.OriginTurnsPerPeer < 0 {
-		errs = append(errs, fmt.Errorf("OriginTurnsPerPeer: %d is negative", c.OriginTurnsPerPeer))
+		errs = append(errs, fmt.Errorf("origin_turns_per_peer: %d is negative", c.OriginTurnsPerPeer))
 	}
-	positiveDur("WaitRetry", c.WaitRetry)
-	positiveInt("MaxWaiters", int64(c.MaxWaiters))
-	positiveDur("LeaseTimeout", c.LeaseTimeout)
-	positiveInt("MaxLeasesPerPeer", int64(c.MaxLeasesPerPeer))
+	positiveDur("wait_retry", c.WaitRetry)
+	positiveInt("max_waiters", int64(c.MaxWaiters))
+	positiveDur("lease_timeout", c.LeaseTimeout)
+	positiveInt("max_leases_per_peer", int64(c.MaxLeasesPerPeer))
 	if w := c.FeedbackWeight; math.IsNaN(w) || w <= 0 || w > 1 {
-		errs = append(errs, fmt.Errorf("FeedbackWeight: %v is outside (0, 1]", w))
+		errs = append(errs, fmt.Errorf("feedback_weight: %v is outside (0, 1]", w))
 	}
-	positiveInt("RefThroughput", c.RefThroughput)
+	positiveInt("ref_throughput", c.RefThroughput)
 	if j := c.Jitter; math.IsNaN(j) || j < 0 || j >= 1 {
-		errs = append(errs, fmt.Errorf("Jitter: %v is outside [0, 1)", j))
+		errs = append(errs, fmt.Errorf("jitter: %v is outside [0, 1)", j))
 	}
 	if c.ParentSample < 0 {
-		errs = append(errs, fmt.Errorf("ParentSample: %d must be 0 (every holder) or positive", c.ParentSample))
+		errs = append(errs, fmt.Errorf("parent_sample: %d must be 0 (every holder) or positive", c.ParentSample))
 	}
-	positiveDur("RefuteDuration", c.RefuteDuration)
-	positiveInt("TreeMaxChildren", int64(c.TreeMaxChildren))
-	positiveDur("TreeStarveAfter", c.TreeStarveAfter)
-	positiveDur("BanDuration", c.BanDuration)
-	positiveInt("BanQuorum", int64(c.BanQuorum))
-	positiveInt("AccusationBurst", int64(c.AccusationBurst))
-	positiveDur("AccusationRefill", c.AccusationRefill)
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("scheduler config: %w", err)
-	}
-	return nil
+	positiveDur("refute_duration", c.RefuteDuration)
+	positiveInt("tree_max_children", int64(c.TreeMaxChildren))
+	positiveDur("tree_starve_after", c.TreeStarveAfter)
+	positiveDur("ban_duration", c.BanDuration)
+	positiveInt("ban_quorum", int64(c.BanQuorum))
+	positiveInt("accusation_burst", int64(c.AccusationBurst))
+	positiveDur("accusation_refill", c.AccusationRefill)
+	return errors.Join(errs...)
 }

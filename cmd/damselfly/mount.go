@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 
 	"damselfly/configs"
 	"damselfly/fusemount"
@@ -37,12 +36,15 @@ Configuration (--config, nydusd-shaped) is documented in configs/mount.yaml.`,
 	f.BoolVar(&insecure, "insecure", false, "plain HTTP to registries (automatic for loopback)")
 	f.BoolVar(&printConfig, "print-config", false, "print the effective configuration and exit")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		cfg, err := configs.Load(g.configFile, fusemount.DefaultConfig())
+		cfg, err := configs.Load(g.configFile, "mount", fusemount.DefaultConfig())
 		if err != nil {
 			return err
 		}
 		if printConfig {
-			return yaml.NewEncoder(cmd.OutOrStdout()).Encode(cfg.Redacted())
+			return configs.Print(cmd.OutOrStdout(), cfg.Redacted())
+		}
+		if err := configs.Validate(cfg); err != nil {
+			return fmt.Errorf("config: %w", err)
 		}
 		log, err := g.logger()
 		if err != nil {

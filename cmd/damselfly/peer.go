@@ -15,6 +15,7 @@ func init() { daemonCommands = append(daemonCommands, newPeer) }
 
 func newPeer(g *globals) *cobra.Command {
 	var dir string
+	var printConfig bool
 	cmd := &cobra.Command{
 		Use:   "peer",
 		Short: "Run the peer daemon that serves chunks to this node and its peers; runs until SIGINT/SIGTERM",
@@ -36,13 +37,20 @@ cluster key is required: copy the scheduler's, or make one with
 		Args: cobra.NoArgs,
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "state directory: identity, cluster key, holdings (overrides the configuration's dir; default "+daemon.DefaultDir+")")
+	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective configuration and exit")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := configs.Load(g.configFile, daemon.Default())
+		cfg, err := configs.Load(g.configFile, "peer", daemon.Default())
 		if err != nil {
 			return err
 		}
 		if dir != "" {
 			cfg.Dir = dir
+		}
+		if printConfig {
+			return configs.Print(cmd.OutOrStdout(), cfg)
+		}
+		if err := configs.Validate(cfg); err != nil {
+			return fmt.Errorf("config: %w", err)
 		}
 		log, err := g.logger()
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -181,20 +182,29 @@ func TestPeerRefusesMissingClusterKey(t *testing.T) {
 	}
 }
 
+// TestPeerSampleConfig loads configs/peer.yaml: every key must be known,
+// and the values must be the defaults and validate.
 func TestPeerSampleConfig(t *testing.T) {
 	t.Parallel()
-	cfg, err := configs.Load(filepath.Join("..", "..", "configs", "peer.yaml"), daemon.Default())
+	def := daemon.Default()
+	got, err := configs.Load(filepath.Join("..", "..", "configs", "peer.yaml"), "peer", def)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := got.Validate(); err != nil {
 		t.Fatalf("sample config does not validate: %v", err)
 	}
-	def := daemon.Default()
-	if cfg.Proxy.Listen != "127.0.0.1:7950" || cfg.Node.FetchDeadline != def.Node.FetchDeadline ||
-		cfg.Node.OriginMaxRange != def.Node.OriginMaxRange || cfg.Dir != def.Dir || cfg.Upstream.DefaultRegistry != def.Upstream.DefaultRegistry ||
-		cfg.Cache.DirectIO != def.Cache.DirectIO || cfg.Cache.HotBytes != def.Cache.HotBytes {
-		t.Errorf("sample config differs from the defaults it documents: %+v", cfg)
+	// The sample's [] and {} are the defaults' nil.
+	for _, s := range []*[]string{&got.Host.AnnounceAddrs, &got.Upstream.PlainHTTP, &got.Upstream.LendNodeCredentials, &got.Scheduler.Schedulers} {
+		if len(*s) == 0 {
+			*s = nil
+		}
+	}
+	if len(got.Labels) == 0 {
+		got.Labels = nil
+	}
+	if !reflect.DeepEqual(got, def) {
+		t.Errorf("sample differs from the defaults:\ngot  %+v\nwant %+v", got, def)
 	}
 }
 

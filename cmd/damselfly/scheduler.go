@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 
 	"damselfly/configs"
 	"damselfly/peer/host"
@@ -43,12 +42,15 @@ cluster key at the default path is created; copy it to every peer.`,
 	cmd.Flags().StringVar(&dir, "dir", defaultSchedulerDir, "state directory: identity and cluster key")
 	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective configuration and exit")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := configs.Load(g.configFile, server.Default(dir))
+		cfg, err := configs.Load(g.configFile, "scheduler", server.Default(dir))
 		if err != nil {
 			return err
 		}
 		if printConfig {
-			return yaml.NewEncoder(cmd.OutOrStdout()).Encode(cfg)
+			return configs.Print(cmd.OutOrStdout(), cfg)
+		}
+		if err := configs.Validate(cfg); err != nil {
+			return fmt.Errorf("config: %w", err)
 		}
 		log, err := g.logger()
 		if err != nil {

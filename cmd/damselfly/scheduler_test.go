@@ -25,7 +25,7 @@ func TestSchedulerCommand(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "scheduler.yaml")
-	cfg := "host:\n  listen_addrs: [\"/ip4/127.0.0.1/tcp/0\"]\nadmin:\n  listen: 127.0.0.1:0\nstate:\n  peer_ttl: 5s\n"
+	cfg := "host:\n  listen_addrs: [\"/ip4/127.0.0.1/tcp/0\"]\nadmin:\n  listen: 127.0.0.1:0\nadvanced:\n  state:\n    peer_ttl: 5s\n"
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestSchedulerCommand(t *testing.T) {
 func TestSchedulerSampleConfig(t *testing.T) {
 	t.Parallel()
 	def := server.Default(defaultSchedulerDir)
-	got, err := configs.Load(filepath.Join("..", "..", "configs", "scheduler.yaml"), def)
+	got, err := configs.Load(filepath.Join("..", "..", "configs", "scheduler.yaml"), "scheduler", def)
 	if err != nil {
 		t.Fatal(err)
 	}

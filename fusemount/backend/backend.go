@@ -64,7 +64,7 @@ func WithTransport(rt http.RoundTripper) Option { return func(o *options) { o.rt
 // the default is authn.DefaultKeychain (the docker config file).
 func WithKeychain(kc authn.Keychain) Option { return func(o *options) { o.keychain = kc } }
 
-// New validates cfg (zero fields take their defaults) and returns a
+// New validates cfg (start from Default) and returns a
 // Backend. It does not contact the registry: authentication happens on the
 // first read, so a mount starts while the registry is down. With a proxy,
 // New starts the health checker goroutine; Close stops it.
@@ -72,7 +72,7 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("backend config: %w", err)
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.resolve()
 	o := options{log: slog.New(slog.DiscardHandler), clock: realClock{}, keychain: authn.DefaultKeychain}
 	for _, opt := range opts {
 		opt(&o)

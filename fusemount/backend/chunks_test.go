@@ -105,7 +105,7 @@ func TestReadChunksOCI(t *testing.T) {
 	t.Parallel()
 	cb := newChunkedBlob(61, 100, 5000, 7)
 	dir, blobs := writeLayout(t, cb.data)
-	b := newBackend(t, Config{Type: TypeOCI, Dir: dir})
+	b := newBackend(t, OCI(dir))
 	c := &collector{t: t}
 	src, err := b.ReadChunksFrom(t.Context(), blobs[0], cb.chunks, c.deliver(cb))
 	if err != nil || src != SourceOCI {
@@ -396,12 +396,16 @@ func startPeer(t *testing.T, o *origin, peer *testPeer) string {
 // (when not empty).
 func startPeerSocket(t *testing.T, o *origin, peer *testPeer, sock string) string {
 	t.Helper()
-	up, err := registry.New(registry.Config{DefaultRegistry: o.srv.URL}, nil)
+	rc := registry.Default()
+	rc.DefaultRegistry = o.srv.URL
+	up, err := registry.New(rc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	peer.up = up
-	srv, err := peerproxy.New(peerproxy.Config{Listen: "127.0.0.1:0", UnixSocket: sock}, peer, up, nil, nil)
+	pc := peerproxy.Default()
+	pc.Listen, pc.UnixSocket = "127.0.0.1:0", sock
+	srv, err := peerproxy.New(pc, peer, up, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +523,7 @@ func TestReadChunksThroughPeerSocket(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "peer.sock")
 	cfg := o.config()
 	cfg.Proxy = ProxyConfig{URL: "unix://" + sock, Fallback: false, CheckInterval: 5 * time.Millisecond}
-	cfg = cfg.withDefaults()
+	cfg = cfg.resolve()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -641,7 +645,7 @@ func TestReadDecodedChunksOCI(t *testing.T) {
 	t.Parallel()
 	cb := newChunkedBlob(73, 100, 200, 300)
 	dir, blobs := writeLayout(t, cb.data)
-	b := newBackend(t, Config{Type: TypeOCI, Dir: dir})
+	b := newBackend(t, OCI(dir))
 	n := 0
 	_, err := b.ReadDecodedChunksFrom(t.Context(), blobs[0], cb.chunks, func(i int, c rafs.Chunk, stored, plain []byte, src Source) error {
 		n++

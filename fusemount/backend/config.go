@@ -19,7 +19,7 @@ const (
 	TypeOCI      = "oci"
 )
 
-// Defaults for the zero values of Config.
+// Defaults of Config (Default).
 const (
 	DefaultTimeout        = 30 * time.Second
 	DefaultConnectTimeout = 5 * time.Second
@@ -29,9 +29,12 @@ const (
 )
 
 // Config configures a Backend, in the shape of nydusd's backend section.
-// The zero value of every duration and count means its default; fields
+// Start from Default: a zero duration is refused by Validate (Scheme and
+// the proxy's PingURL, left empty, are derived from Host and URL); fields
 // that belong to the other Type are ignored. The mapstructure tags are the
-// configuration file's keys.
+// configuration file's keys; fields tagged config:"advanced" are tunables
+// whose defaults need no touching (advanced.backend.* in the mount's
+// file).
 type Config struct {
 	// Type is "registry" (the default) or "oci".
 	Type string `mapstructure:"type"`
@@ -49,20 +52,20 @@ type Config struct {
 	// and marshals as REDACTED (Secret).
 	Auth Secret `mapstructure:"auth"`
 	// Timeout bounds one request, including its whole body.
-	Timeout time.Duration `mapstructure:"timeout"`
+	Timeout time.Duration `mapstructure:"timeout" config:"advanced"`
 	// ConnectTimeout bounds one TCP connect.
-	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
+	ConnectTimeout time.Duration `mapstructure:"connect_timeout" config:"advanced"`
 	// RetryLimit is how many transient failures in a row one read takes
 	// from a source before it moves on: from the proxy to the registry
 	// (the proxy is marked unhealthy), or from the registry back to the
 	// proxy for one attempt even if it is marked unhealthy. Without a
 	// proxy it has no effect: Deadline alone bounds retries.
-	RetryLimit int `mapstructure:"retry_limit"`
+	RetryLimit int `mapstructure:"retry_limit" config:"advanced"`
 	// Deadline is how long one read keeps retrying transient failures,
 	// with exponential backoff, before it returns the error. It bounds
 	// the whole read: an attempt still in flight when it passes is
 	// stopped. The default outlasts a registry restart.
-	Deadline time.Duration `mapstructure:"deadline"`
+	Deadline time.Duration `mapstructure:"deadline" config:"advanced"`
 	// Proxy is the local peer's registry mirror; its URL empty means none.
 	Proxy ProxyConfig `mapstructure:"proxy"`
 
@@ -83,12 +86,12 @@ type ProxyConfig struct {
 	// PingURL is the health endpoint; empty means URL + "/healthz". With
 	// a unix socket URL it is a path on the socket, default /healthz. The
 	// proxy is healthy while it answers 200.
-	PingURL string `mapstructure:"ping_url"`
+	PingURL string `mapstructure:"ping_url" config:"advanced"`
 	// Fallback sends requests straight to the registry while the proxy is
 	// unhealthy; without it they keep retrying the proxy until Deadline.
 	Fallback bool `mapstructure:"fallback"`
 	// CheckInterval is the health probe period.
-	CheckInterval time.Duration `mapstructure:"check_interval"`
+	CheckInterval time.Duration `mapstructure:"check_interval" config:"advanced"`
 }
 
 // Default returns the defaults, for a registry backend with a proxy
@@ -104,8 +107,16 @@ func Default() Config {
 	}
 }
 
-// withDefaults fills the zero fields and derives the implied ones.
-func (c Config) withDefaults() Config {
+// OCI returns Default for the OCI image layout in dir.
+func OCI(dir string) Config {
+	c := Default()
+	c.Type, c.Dir = TypeOCI, dir
+	return c
+}
+
+// resolve derives the fields left empty to be implied: Type (a
+// registry), Scheme (from Host) and the proxy's PingURL (from its URL).
+func (c Config) resolve() Config {
 	if c.Type == "" {
 		c.Type = TypeRegistry
 	}
@@ -114,21 +125,6 @@ func (c Config) withDefaults() Config {
 		if isLoopback(c.Host) {
 			c.Scheme = "http"
 		}
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-	}
-	if c.RetryLimit == 0 {
-		c.RetryLimit = DefaultRetryLimit
-	}
-	if c.Deadline == 0 {
-		c.Deadline = DefaultDeadline
-	}
-	if c.Proxy.CheckInterval == 0 {
-		c.Proxy.CheckInterval = DefaultCheckInterval
 	}
 	if c.Proxy.URL != "" && c.Proxy.PingURL == "" {
 		if strings.HasPrefix(c.Proxy.URL, chunkapi.SchemeUnix+":") {
@@ -148,17 +144,19 @@ func (c Config) Validate() error {
 	add := func(field, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("backend.%s: %s", field, fmt.Sprintf(format, a...)))
 	}
-	notNegative := func(field string, d time.Duration, def time.Duration) {
-		if d < 0 {
-			add(field, "must be > 0 (or 0 for the default %s), got %s", def, d)
+	positive := func(field string, d time.Duration, def time.Duration) {
+		if d <= 0 {
+			add(field, "must be > 0 (default %s), got %s", def, d)
 		}
 	}
-	notNegative("timeout", c.Timeout, DefaultTimeout)
-	notNegative("connect_timeout", c.ConnectTimeout, DefaultConnectTimeout)
-	notNegative("deadline", c.Deadline, DefaultDeadline)
-	notNegative("proxy.check_interval", c.Proxy.CheckInterval, DefaultCheckInterval)
-	if c.RetryLimit < 0 {
-		add("retry_limit", "must be > 0 (or 0 for the default %d), got %d", DefaultRetryLimit, c.RetryLimit)
+	positive("deadline", c.Deadline, DefaultDeadline)
+	if c.Type != TypeOCI { // what only a registry uses
+		positive("timeout", c.Timeout, DefaultTimeout)
+		positive("connect_timeout", c.ConnectTimeout, DefaultConnectTimeout)
+		positive("proxy.check_interval", c.Proxy.CheckInterval, DefaultCheckInterval)
+		if c.RetryLimit <= 0 {
+			add("retry_limit", "must be > 0 (default %d), got %d", DefaultRetryLimit, c.RetryLimit)
+		}
 	}
 
 	switch c.Type {

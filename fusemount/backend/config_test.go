@@ -8,7 +8,8 @@ import (
 
 func TestValidate(t *testing.T) {
 	t.Parallel()
-	ok := Config{Host: "registry.example.com:5000", Repo: "library/app"}
+	ok := Default()
+	ok.Host, ok.Repo = "registry.example.com:5000", "library/app"
 	tests := []struct {
 		name string
 		cfg  Config
@@ -16,12 +17,12 @@ func TestValidate(t *testing.T) {
 	}{
 		{"minimal registry", ok, nil},
 		{"defaults plus host", func() Config { c := Default(); c.Host, c.Repo = "127.0.0.1:5000", "a/b"; return c }(), nil},
-		{"oci", Config{Type: TypeOCI, Dir: "/layout"}, nil},
-		{"oci ignores registry fields", Config{Type: TypeOCI, Dir: "/x", Proxy: ProxyConfig{Fallback: true}}, nil},
-		{"proxy", func() Config { c := ok; c.Proxy = ProxyConfig{URL: "http://127.0.0.1:65001", Fallback: true}; return c }(), nil},
-		{"unknown type", Config{Type: "s3"}, []string{`backend.type: must be "registry" or "oci", got "s3"`}},
-		{"registry without host or repo", Config{}, []string{"backend.host: required", "backend.repo: required"}},
-		{"oci without dir", Config{Type: TypeOCI}, []string{"backend.dir: required"}},
+		{"oci", OCI("/layout"), nil},
+		{"oci ignores registry fields", func() Config { c := OCI("/x"); c.Proxy = ProxyConfig{Fallback: true}; return c }(), nil},
+		{"proxy", func() Config { c := ok; c.Proxy.URL, c.Proxy.Fallback = "http://127.0.0.1:65001", true; return c }(), nil},
+		{"unknown type", func() Config { c := Default(); c.Type = "s3"; return c }(), []string{`backend.type: must be "registry" or "oci", got "s3"`}},
+		{"registry without host or repo", Default(), []string{"backend.host: required", "backend.repo: required"}},
+		{"oci without dir", OCI(""), []string{"backend.dir: required"}},
 		{"bad scheme", func() Config { c := ok; c.Scheme = "ftp"; return c }(), []string{"backend.scheme:"}},
 		{"bad host", func() Config { c := ok; c.Host = "http://x"; return c }(), []string{"backend.host:"}},
 		{"bad repo", func() Config { c := ok; c.Repo = "Library/App"; return c }(), []string{"backend.repo:"}},
@@ -41,17 +42,17 @@ func TestValidate(t *testing.T) {
 		}},
 		{"bad proxy urls", func() Config {
 			c := ok
-			c.Proxy = ProxyConfig{URL: "127.0.0.1:65001", PingURL: "http://x/healthz?y=1"}
+			c.Proxy.URL, c.Proxy.PingURL = "127.0.0.1:65001", "http://x/healthz?y=1"
 			return c
 		}(), []string{"backend.proxy.url:", "backend.proxy.ping_url:"}},
 		{"bad unix socket urls", func() Config {
 			c := ok
-			c.Proxy = ProxyConfig{URL: "unix:relative.sock"}
+			c.Proxy.URL = "unix:relative.sock"
 			return c
 		}(), []string{"backend.proxy.url:"}},
 		{"ping url with a socket not a path", func() Config {
 			c := ok
-			c.Proxy = ProxyConfig{URL: "unix:///run/peer.sock", PingURL: "http://127.0.0.1:7950/healthz"}
+			c.Proxy.URL, c.Proxy.PingURL = "unix:///run/peer.sock", "http://127.0.0.1:7950/healthz"
 			return c
 		}(), []string{"backend.proxy.ping_url:"}},
 		{"ping url alone", func() Config { c := ok; c.Proxy.PingURL = "http://x/healthz"; return c }(), []string{"backend.proxy.ping_url: set without proxy.url"}},
@@ -89,7 +90,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	}
 }
 
-func TestWithDefaults(t *testing.T) {
+func TestResolve(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		host, scheme, wantScheme string
@@ -105,16 +106,18 @@ func TestWithDefaults(t *testing.T) {
 		{"127.0.0.1:5000", "https", "https"},
 	}
 	for _, tt := range tests {
-		c := Config{Host: tt.host, Scheme: tt.scheme}.withDefaults()
+		c := Config{Host: tt.host, Scheme: tt.scheme}.resolve()
 		if c.Scheme != tt.wantScheme {
 			t.Errorf("host %q scheme %q: got %q, want %q", tt.host, tt.scheme, c.Scheme, tt.wantScheme)
 		}
 	}
-	c := Config{Proxy: ProxyConfig{URL: "http://127.0.0.1:65001/"}}.withDefaults()
 	want := Default()
+	c := want
+	c.Proxy.URL = "http://127.0.0.1:65001/"
+	c = c.resolve()
 	if c.Type != want.Type || c.Timeout != want.Timeout || c.ConnectTimeout != want.ConnectTimeout ||
 		c.RetryLimit != want.RetryLimit || c.Deadline != want.Deadline || c.Proxy.CheckInterval != want.Proxy.CheckInterval {
-		t.Errorf("got %+v, want the defaults of %+v", c, want)
+		t.Errorf("got %+v, want the defaults kept: %+v", c, want)
 	}
 	if got, want := c.Proxy.PingURL, "http://127.0.0.1:65001/healthz"; got != want {
 		t.Errorf("ping url: got %q, want %q", got, want)

@@ -82,7 +82,9 @@ func (o *origin) put(t *testing.T, data []byte) rafs.Blob {
 
 // testConfig is a registry config for host with timeouts fit for tests.
 func testConfig(host string) Config {
-	return Config{Type: TypeRegistry, Host: host, Repo: testRepo, Timeout: 5 * time.Second, Deadline: 20 * time.Second}
+	c := Default()
+	c.Host, c.Repo, c.Timeout, c.Deadline = host, testRepo, 5*time.Second, 20*time.Second
+	return c
 }
 
 func newBackend(t *testing.T, cfg Config, opts ...Option) *Backend {

@@ -35,7 +35,7 @@ func TestOCIReads(t *testing.T) {
 	t.Parallel()
 	a, c := randomBytes(40, 100<<10), randomBytes(41, 5000)
 	dir, blobs := writeLayout(t, a, c)
-	b := newBackend(t, Config{Type: TypeOCI, Dir: dir})
+	b := newBackend(t, OCI(dir))
 	tests := []struct {
 		name string
 		blob int
@@ -92,7 +92,7 @@ func TestOCIErrors(t *testing.T) {
 		{"past the recorded size", blobs[0], 990, 20, ErrRange},
 		{"past the end of the file", unknownSize, 990, 20, ErrRange},
 	}
-	b := newBackend(t, Config{Type: TypeOCI, Dir: dir})
+	b := newBackend(t, OCI(dir))
 	for _, tt := range tests {
 		_, err := b.ReadBlobFrom(t.Context(), tt.blob, tt.off, make([]byte, tt.n))
 		if !errors.Is(err, tt.want) {
@@ -104,7 +104,7 @@ func TestOCIErrors(t *testing.T) {
 		}
 	}
 
-	if _, err := New(Config{Type: TypeOCI, Dir: filepath.Join(dir, "nope")}); err == nil {
+	if _, err := New(OCI(filepath.Join(dir, "nope"))); err == nil {
 		t.Error("New with a missing layout directory: got nil error")
 	}
 }
@@ -116,7 +116,7 @@ func TestOCIFileCache(t *testing.T) {
 		all = append(all, randomBytes(uint64(100+i), 64))
 	}
 	dir, blobs := writeLayout(t, all...)
-	b, err := New(Config{Type: TypeOCI, Dir: dir})
+	b, err := New(OCI(dir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -254,7 +254,7 @@ func TestReadGivesUpAtDeadline(t *testing.T) {
 	host := closedPort(t)
 	clock := newStepClock()
 	cfg := testConfig(host)
-	cfg.Deadline = 0 // the default, 3m: instant on the step clock
+	cfg.Deadline = DefaultDeadline // 3m: instant on the step clock
 	b := newBackend(t, cfg, WithClock(clock))
 	blob := rafs.Blob{Digest: rafs.Digest{0xde, 0xad}, CompressedSize: 1000}
 	start := clock.Now()

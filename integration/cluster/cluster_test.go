@@ -36,7 +36,7 @@ func newCluster(t *testing.T) *cluster {
 }
 
 // newClusterWith is newCluster with state, more lines of the scheduler's
-// state section (YAML, indented by two spaces).
+// advanced.state section (YAML, indented by two spaces).
 func newClusterWith(t *testing.T, state string) *cluster {
 	t.Helper()
 	rafstest.RequireRoot(t)
@@ -78,13 +78,14 @@ func (c *cluster) startScheduler(state string) *scheduler {
   cluster_key_file: %s
 admin:
   listen: 127.0.0.1:0
-state:
-  peer_ttl: 3s
-  ban_quorum: 1
-  origin_timeout: 5s
-  wait_retry: 200ms
-%sexpire_interval: 200ms
-`, filepath.Join(dir, "identity.key"), freePort(c.t), c.key, state)
+advanced:
+  state:
+    peer_ttl: 3s
+    ban_quorum: 1
+    origin_timeout: 5s
+    wait_retry: 200ms
+%s  expire_interval: 200ms
+`, filepath.Join(dir, "identity.key"), freePort(c.t), c.key, indent(state))
 	if err := os.WriteFile(s.config, []byte(cfg), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ type node struct {
 	p     *proc
 	proxy string // the peer's proxy base URL
 	id    string // the peer's libp2p ID
-	extra string // more peer configuration (YAML), for a scenario
+	extra string // more of the peer's advanced: section (YAML), for a scenario
 	// capacity is the node cache's capacity in bytes, for the peer and
 	// the mounts alike; 0 is unlimited.
 	capacity int64
@@ -192,22 +193,24 @@ cache:
   capacity: %d
 proxy:
   listen: 127.0.0.1:0
-upstream:
+registry:
   default_registry: http://%s
-  retry_limit: 1
 scheduler:
   schedulers: ["%s"]
-  heartbeat_interval: 250ms
-  route_timeout: 1s
-  request_timeout: 1s
-node:
-  fetch_deadline: 6s
-  route_timeout: 1s
-  parent_timeout: 5s
-  holdings_check_interval: 500ms
 labels:
   host: %s
-%s`, n.dir, n.c.key, n.cache, n.capacity, n.gate.host, n.c.sched.addr, n.name, n.extra)
+advanced:
+  registry:
+    retry_limit: 1
+  scheduler:
+    heartbeat_interval: 250ms
+    request_timeout: 1s
+  node:
+    fetch_deadline: 6s
+    route_timeout: 1s
+    parent_timeout: 5s
+    holdings_check_interval: 500ms
+%s`, n.dir, n.c.key, n.cache, n.capacity, n.gate.host, n.c.sched.addr, n.name, indent(n.extra))
 	file := filepath.Join(n.c.dir, n.name+"-peer.yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
 		n.c.t.Fatal(err)
@@ -227,7 +230,8 @@ type mount struct {
 
 // mount starts `damselfly mount` of im on the node, through its peer,
 // and waits until the filesystem answers. Its backend's deadline is 8s;
-// extra is appended to the mount configuration.
+// extra is appended to the mount configuration (an advanced: section
+// in it joins the harness's).
 func (n *node) mount(im *image, extra string) *mount {
 	n.c.t.Helper()
 	return n.mountDeadline(im, "8s", extra)
@@ -237,9 +241,14 @@ func (n *node) mount(im *image, extra string) *mount {
 // for the default).
 func (n *node) mountDeadline(im *image, deadline, extra string) *mount {
 	n.c.t.Helper()
+	// extra's own advanced: lines join the harness's.
+	adv := ""
+	if rest, ok := strings.CutPrefix(extra, "advanced:\n"); ok {
+		adv, extra = rest, ""
+	}
 	dl := ""
 	if deadline != "" {
-		dl = "\n  deadline: " + deadline
+		dl = "\n    deadline: " + deadline
 	}
 	m := &mount{n: n, dir: filepath.Join(n.dir, fmt.Sprintf("mnt-%d", time.Now().UnixNano()))}
 	if err := os.MkdirAll(m.dir, 0o755); err != nil {
@@ -247,18 +256,22 @@ func (n *node) mountDeadline(im *image, deadline, extra string) *mount {
 	}
 	cfg := fmt.Sprintf(`backend:
   type: registry
-  retry_limit: 2%s
   proxy:
     url: %s
-    ping_url: %s/healthz
     fallback: true
-    check_interval: 500ms
 cache:
   dir: %s
   capacity: %d
 prefetch:
   enable: false
-%s`, dl, n.proxy, n.proxy, n.cache, n.capacity, extra)
+%s
+advanced:
+  backend:
+    retry_limit: 2%s
+    proxy:
+      ping_url: %s/healthz
+      check_interval: 500ms
+%s`, n.proxy, n.cache, n.capacity, extra, dl, n.proxy, adv)
 	file := m.dir + ".yaml"
 	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
 		n.c.t.Fatal(err)
@@ -293,4 +306,12 @@ func (m *mount) status() *fusemount.Status {
 		m.n.c.t.Fatalf("status of %s: %v", m.dir, err)
 	}
 	return st
+}
+
+// indent indents YAML lines by two spaces, to put them in a section.
+func indent(yaml string) string {
+	if yaml == "" {
+		return ""
+	}
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(yaml, "\n"), "\n", "\n  ") + "\n"
 }

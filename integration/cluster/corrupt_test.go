@@ -55,7 +55,7 @@ func TestCorruptPeerIsBanned(t *testing.T) {
 // own API (so the entries' checksums are valid and the peer serves them).
 func corruptCache(t *testing.T, dir string) int {
 	t.Helper()
-	cc, err := cache.Open(cache.Config{Dir: dir})
+	cc, err := cache.Open(cache.Default(dir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func TestRegistryFaults(t *testing.T) {
 			// default: the faults must not fail reads, and a flapping
 			// registry gives a retry with backoff a third of its
 			// attempts to lose.
-			const cfg = "amplify_io: 262144\n"
+			const cfg = "advanced:\n  amplify_io: 262144\n"
 			mp, md := p.mountDeadline(im, "30s", cfg), d.mountDeadline(im, "30s", cfg)
 			defer mp.unmount()
 			defer md.unmount()

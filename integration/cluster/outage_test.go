@@ -37,13 +37,13 @@ func TestRegistryOutage(t *testing.T) {
 	// No amplification and no readahead on A, so that A holds just what
 	// its reads needed.
 	a, b := c.addNode("a", ""), c.addNode("b", "")
-	ma := a.mount(im, "amplify_io: 65536\nreadahead_chunks: 0\n")
+	ma := a.mount(im, "advanced:\n  amplify_io: 65536\n  readahead_chunks: 0\n")
 	if failed := ma.readFiles(im, read); len(failed) > 0 {
 		t.Fatalf("node A: %d reads failed with the registry up: %v", len(failed), failed)
 	}
 	// B asks for just what it reads too: a run that reached into the
 	// largest file would start fetching it before the read below does.
-	mb := b.mount(im, "amplify_io: 65536\nreadahead_chunks: 0\n")
+	mb := b.mount(im, "advanced:\n  amplify_io: 65536\n  readahead_chunks: 0\n")
 
 	c.reg.down()
 	start := time.Now()

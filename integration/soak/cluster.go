@@ -122,7 +122,7 @@ cache:
   direct_io: %t
 proxy:
   listen: 127.0.0.1:0
-upstream:
+registry:
   default_registry: http://%s
 scheduler:
   schedulers: ["%s"]
@@ -160,7 +160,6 @@ func (c *cluster) mount(ctx context.Context, n *node, im *image) error {
   type: registry
   proxy:
     url: %s
-    ping_url: %s/healthz
     fallback: true
 cache:
   dir: %s
@@ -169,7 +168,11 @@ cache:
 prefetch:
   enable: false
 memory_bytes: 1048576
-`, n.proxy, n.proxy, n.cache, n.capacity, c.direct)
+advanced:
+  backend:
+    proxy:
+      ping_url: %s/healthz
+`, n.proxy, n.cache, n.capacity, c.direct, n.proxy)
 	cfg := filepath.Join(n.dir, "mount-"+im.name+".yaml")
 	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
 		return err

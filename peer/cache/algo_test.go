@@ -44,7 +44,7 @@ func TestReadChunkOtherAlgorithmMisses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			for _, hot := range []int64{0, 8 << 20} {
-				c := openTest(t, Config{HotBytes: hot})
+				c := openTest(t, func() Config { cc := Default(""); cc.HotBytes = hot; return cc }())
 				if err := c.PutChunk(tt.tc.ck, tt.tc.stored); err != nil {
 					t.Fatalf("PutChunk: %v", err)
 				}
@@ -72,7 +72,7 @@ func TestReadChunkOtherAlgorithmMisses(t *testing.T) {
 // entries, side by side.
 func TestKeyIsAlgorithmAndDigest(t *testing.T) {
 	t.Parallel()
-	c := openTest(t, Config{})
+	c := openTest(t, Default(""))
 	tc := makeChunk(21, 4096, false)
 	sha := KeyOf(tc.ck)
 	b3 := Key{Algo: rafs.DigestBlake3, Digest: sha.Digest}
@@ -105,7 +105,7 @@ func TestKeyIsAlgorithmAndDigest(t *testing.T) {
 	}
 	// Reopened, the scan finds both under their keys.
 	c.Close()
-	c2 := openTest(t, Config{Dir: c.cfg.Dir})
+	c2 := openTest(t, Default(c.cfg.Dir))
 	keys := c2.Keys()
 	if len(keys) != 2 || keys[0] == keys[1] {
 		t.Fatalf("keys after reopen: got %v, want %s and %s", keys, sha, b3)
@@ -122,7 +122,7 @@ func TestKeyIsAlgorithmAndDigest(t *testing.T) {
 // one that names another digest.
 func TestBlake3EntryUnderSHA256Name(t *testing.T) {
 	t.Parallel()
-	c := openTest(t, Config{})
+	c := openTest(t, Default(""))
 	tc := blake3Chunk(31, 4096, false)
 	k := KeyOf(tc.ck)
 	mustPut(t, c, k, tc.meta(), tc.stored)
@@ -172,7 +172,7 @@ func TestLegacyBlake3EntryAdopted(t *testing.T) {
 		for _, compressed := range []bool{false, true} {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
-				c := openTest(t, Config{})
+				c := openTest(t, Default(""))
 				tc := blake3Chunk(41, 8192, compressed)
 				legacy := SHA256(tc.ck.Digest) // where the release before put it
 				mustPut(t, c, legacy, tc.meta(), tc.stored)

@@ -17,7 +17,7 @@ const benchChunk = 1 << 20
 func BenchmarkPut(b *testing.B) {
 	stored := content(1, benchChunk)
 	b.Run("cache", func(b *testing.B) {
-		c := openTest(b, Config{Capacity: 256 << 20})
+		c := openTest(b, func() Config { cc := Default(""); cc.Capacity = 256 << 20; return cc }())
 		b.SetBytes(benchChunk)
 		var i uint64
 		for b.Loop() {
@@ -50,8 +50,8 @@ func BenchmarkPut(b *testing.B) {
 // checks.
 func BenchmarkGet(b *testing.B) {
 	const n = 64
-	c := openTest(b, Config{})
-	hot := openTest(b, Config{HotBytes: 4 * n * benchChunk})
+	c := openTest(b, Default(""))
+	hot := openTest(b, func() Config { cc := Default(""); cc.HotBytes = 4 * n * benchChunk; return cc }())
 	for i := range uint64(n) {
 		mustPut(b, c, fakeDigest(i), rawMeta(benchChunk), content(i, benchChunk))
 		mustPut(b, hot, fakeDigest(i), rawMeta(benchChunk), content(i, benchChunk))
@@ -99,7 +99,7 @@ func BenchmarkGet(b *testing.B) {
 func BenchmarkReadChunk(b *testing.B) {
 	for _, compressed := range []bool{false, true} {
 		b.Run(fmt.Sprintf("compressed=%v", compressed), func(b *testing.B) {
-			c := openTest(b, Config{})
+			c := openTest(b, Default(""))
 			const n = 16
 			chunks := make([]testChunk, n)
 			for i := range chunks {
@@ -124,7 +124,7 @@ func BenchmarkReadChunk(b *testing.B) {
 func BenchmarkRescan(b *testing.B) {
 	const n = 100_000
 	dir := b.TempDir()
-	c := openTest(b, Config{Dir: dir})
+	c := openTest(b, Default(dir))
 	start := time.Now()
 	var hb [headerSize]byte
 	for i := range uint64(n) {

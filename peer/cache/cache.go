@@ -94,9 +94,11 @@ type Cache struct {
 // watermark. It may block while another process evicts.
 func Open(cfg Config) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cache config: %w", err)
 	}
-	cfg = cfg.withDefaults()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	c := &Cache{
 		cfg:   cfg,
 		paths: newPaths(cfg.Dir),

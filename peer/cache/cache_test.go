@@ -31,7 +31,7 @@ func TestRoundTrip(t *testing.T) {
 		for _, direct := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/direct=%v", tt.name, direct), func(t *testing.T) {
 				t.Parallel()
-				roundTrip(t, openTestIO(t, Config{DirectIO: direct}), tt.chunk, tt.dst, direct)
+				roundTrip(t, openTestIO(t, func() Config { cc := Default(""); cc.DirectIO = direct; return cc }()), tt.chunk, tt.dst, direct)
 			})
 		}
 	}
@@ -83,7 +83,7 @@ func roundTrip(t *testing.T, c *Cache, tc testChunk, dst []byte, direct bool) {
 
 func TestPutRejectsInconsistentMeta(t *testing.T) {
 	t.Parallel()
-	c := openTest(t, Config{})
+	c := openTest(t, Default(""))
 	tests := []struct {
 		name   string
 		meta   Meta
@@ -108,7 +108,7 @@ func TestPutRejectsInconsistentMeta(t *testing.T) {
 
 func TestPutTwiceAndRemove(t *testing.T) {
 	t.Parallel()
-	c := openTest(t, Config{})
+	c := openTest(t, Default(""))
 	d, stored := fakeDigest(1), content(1, 1000)
 	mustPut(t, c, d, rawMeta(1000), stored)
 	mustPut(t, c, d, rawMeta(1000), stored)
@@ -131,7 +131,7 @@ func TestPutTwiceAndRemove(t *testing.T) {
 func TestReopenScansEntries(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := openTest(t, Config{Dir: dir})
+	c := openTest(t, Default(dir))
 	var want []Key
 	for i := range uint64(20) {
 		d := fakeDigest(i)
@@ -140,7 +140,7 @@ func TestReopenScansEntries(t *testing.T) {
 	}
 	c.Close()
 
-	c2 := openTest(t, Config{Dir: dir})
+	c2 := openTest(t, Default(dir))
 	got := c2.Keys()
 	slices.SortFunc(got, func(a, b Key) int { return bytes.Compare(a.Digest[:], b.Digest[:]) })
 	slices.SortFunc(want, func(a, b Key) int { return bytes.Compare(a.Digest[:], b.Digest[:]) })
@@ -159,7 +159,7 @@ func TestReopenScansEntries(t *testing.T) {
 
 func TestClosed(t *testing.T) {
 	t.Parallel()
-	c := openTest(t, Config{})
+	c := openTest(t, Default(""))
 	d := fakeDigest(1)
 	mustPut(t, c, d, rawMeta(10), make([]byte, 10))
 	if err := c.Close(); err != nil {

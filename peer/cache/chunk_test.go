@@ -45,7 +45,7 @@ func TestReadChunk(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c := openTest(t, Config{})
+			c := openTest(t, Default(""))
 			if err := tt.put(c); err != nil {
 				t.Fatalf("put: %v", err)
 			}
@@ -73,7 +73,7 @@ func TestReadChunk(t *testing.T) {
 
 func TestReadChunkWrongBuffer(t *testing.T) {
 	t.Parallel()
-	c := openTest(t, Config{})
+	c := openTest(t, Default(""))
 	tc := makeChunk(1, 4096, false)
 	mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 	err := c.ReadChunk(tc.ck, make([]byte, 10))
@@ -87,7 +87,7 @@ func TestReadChunkWrongBuffer(t *testing.T) {
 
 func TestPutChunkChecksLength(t *testing.T) {
 	t.Parallel()
-	c := openTest(t, Config{})
+	c := openTest(t, Default(""))
 	tc := makeChunk(1, 4096, true)
 	if err := c.PutChunk(tc.ck, tc.stored[1:]); err == nil {
 		t.Fatal("got nil, want an error for stored bytes shorter than the chunk says")

@@ -13,18 +13,19 @@ func TestConfigValidate(t *testing.T) {
 		cfg  Config
 		want []string // substrings of the error; none means valid
 	}{
-		{"defaults", Config{Dir: "/d"}, nil},
+		{"unlimited, no watermarks", Config{Dir: "/d"}, nil},
 		{"Default", Default("/d"), nil},
 		{"explicit", Config{Dir: "/d", Capacity: 1 << 30, HighWatermark: 1, LowWatermark: 0.5}, nil},
-		{"no dir", Config{}, []string{"Dir:"}},
-		{"negative capacity", Config{Dir: "/d", Capacity: -1}, []string{"Capacity:"}},
-		{"high above 1", Config{Dir: "/d", HighWatermark: 1.5}, []string{"HighWatermark:"}},
-		{"high NaN", Config{Dir: "/d", HighWatermark: math.NaN()}, []string{"HighWatermark:"}},
-		{"low negative", Config{Dir: "/d", LowWatermark: -0.1}, []string{"LowWatermark:"}},
-		{"low above high", Config{Dir: "/d", HighWatermark: 0.5, LowWatermark: 0.6}, []string{"LowWatermark: 0.6 is not below"}},
-		{"low above default high", Config{Dir: "/d", LowWatermark: 0.96}, []string{"LowWatermark:"}},
+		{"no dir", Config{}, []string{"dir:"}},
+		{"negative capacity", Config{Dir: "/d", Capacity: -1}, []string{"capacity:"}},
+		{"high above 1", Config{Dir: "/d", HighWatermark: 1.5}, []string{"high_watermark:"}},
+		{"high NaN", Config{Dir: "/d", HighWatermark: math.NaN()}, []string{"high_watermark:"}},
+		{"low negative", Config{Dir: "/d", LowWatermark: -0.1}, []string{"low_watermark:"}},
+		{"low above high", Config{Dir: "/d", HighWatermark: 0.5, LowWatermark: 0.6}, []string{"low_watermark: 0.6 is not below"}},
+		{"low above default high", func() Config { c := Default("/d"); c.LowWatermark = 0.96; return c }(), []string{"low_watermark:"}},
+		{"capacity without watermarks", Config{Dir: "/d", Capacity: 1 << 30}, []string{"high_watermark:", "low_watermark:"}},
 		{"everything", Config{Capacity: -5, HighWatermark: 2, LowWatermark: 1},
-			[]string{"Dir:", "Capacity:", "HighWatermark:", "LowWatermark:"}},
+			[]string{"dir:", "capacity:", "high_watermark:", "low_watermark:"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -64,7 +64,7 @@ func TestCorruptEntries(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c := openTest(t, Config{})
+			c := openTest(t, Default(""))
 			mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 			mustPut(t, c, KeyOf(other.ck), other.meta(), other.stored)
 			path := c.paths.entry(KeyOf(tc.ck))
@@ -93,7 +93,7 @@ func TestCorruptEntries(t *testing.T) {
 func TestScanDeletesImpossibleSizes(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := openTest(t, Config{Dir: dir})
+	c := openTest(t, Default(dir))
 	good, small, big := fakeDigest(1), fakeDigest(2), fakeDigest(3)
 	mustPut(t, c, good, rawMeta(100), content(1, 100))
 	c.Close()
@@ -107,7 +107,7 @@ func TestScanDeletesImpossibleSizes(t *testing.T) {
 	stranger := filepath.Join(p.chunks, "README")
 	writeFile(t, stranger, []byte("not ours"))
 
-	c2 := openTest(t, Config{Dir: dir})
+	c2 := openTest(t, Default(dir))
 	if s := c2.Stats(); s.Entries != 1 || s.Corrupt != 2 {
 		t.Errorf("stats: got %+v, want 1 entry, 2 corrupt", s)
 	}
@@ -128,7 +128,7 @@ func FuzzGetHostileFile(f *testing.F) {
 	f.Add(append(b[:], 1, 2, 3, 4))
 	f.Add([]byte("DFLYCHNK"))
 	dir := f.TempDir()
-	c, err := Open(Config{Dir: dir})
+	c, err := Open(Default(dir))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func TestCrashLeftovers(t *testing.T) {
 	os.MkdirAll(p.shard(torn), 0o755)
 	writeFile(t, p.entry(torn), nil)
 
-	c := openTest(t, Config{Dir: dir})
+	c := openTest(t, Default(dir))
 	if exists(staleTemp) {
 		t.Error("stale temp file survived Open")
 	}

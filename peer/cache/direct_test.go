@@ -33,8 +33,8 @@ func TestAlignedBuf(t *testing.T) {
 func TestDirectSharedWithBuffered(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	direct := openTestIO(t, Config{Dir: dir, DirectIO: true})
-	buffered := openTestIO(t, Config{Dir: dir})
+	direct := openTestIO(t, func() Config { cc := Default(""); cc.Dir, cc.DirectIO = dir, true; return cc }())
+	buffered := openTestIO(t, Default(dir))
 	if !direct.Stats().Direct || buffered.Stats().Direct {
 		t.Fatalf("Direct: got %v and %v, want true and false", direct.Stats().Direct, buffered.Stats().Direct)
 	}
@@ -93,7 +93,7 @@ func TestProbeDirectCleansUp(t *testing.T) {
 // deletes the entry.
 func TestDirectReadDamaged(t *testing.T) {
 	t.Parallel()
-	c := openTest(t, Config{})
+	c := openTest(t, Default(""))
 	tc := makeChunk(1, 9000, false)
 	path := c.paths.entry(KeyOf(tc.ck))
 	damage := []struct {

@@ -19,7 +19,7 @@ func TestEvictionStaysUnderHighWatermark(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	capacity := int64(32 * evEntry)
-	c := openTest(t, Config{Dir: dir, Capacity: capacity})
+	c := openTest(t, func() Config { cc := Default(""); cc.Dir, cc.Capacity = dir, capacity; return cc }())
 	high := int64(float64(capacity) * DefaultHighWatermark)
 	for i := range uint64(3 * 32) {
 		mustPut(t, c, fakeDigest(i), rawMeta(evSize), content(i, evSize))
@@ -45,7 +45,7 @@ func TestEvictionOrder(t *testing.T) {
 	t.Parallel()
 	// Room for 9 entries below the high watermark (9.5); eviction goes
 	// down to 8.
-	c := openTest(t, Config{Capacity: 10 * evEntry})
+	c := openTest(t, func() Config { cc := Default(""); cc.Capacity = 10 * evEntry; return cc }())
 	for i := range uint64(9) {
 		mustPut(t, c, fakeDigest(i), rawMeta(evSize), content(i, evSize))
 	}
@@ -65,7 +65,7 @@ func TestEvictionOrder(t *testing.T) {
 func TestSharedRecency(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := Config{Dir: dir, Capacity: 10 * evEntry}
+	cfg := func() Config { cc := Default(""); cc.Dir, cc.Capacity = dir, 10*evEntry; return cc }()
 	a := openTest(t, cfg)
 	for i := range uint64(9) {
 		mustPut(t, a, fakeDigest(i), rawMeta(evSize), content(i, evSize))
@@ -97,7 +97,7 @@ func TestTwoProcesses(t *testing.T) {
 	dir := t.TempDir()
 	const perCap = 64
 	capacity := int64(perCap * evEntry)
-	cfg := Config{Dir: dir, Capacity: capacity}
+	cfg := func() Config { cc := Default(""); cc.Dir, cc.Capacity = dir, capacity; return cc }()
 	caches := []*Cache{openTest(t, cfg), openTest(t, cfg)}
 
 	// Each reads what the other wrote.
@@ -183,7 +183,7 @@ func TestTwoProcesses(t *testing.T) {
 // stays readable for that reader.
 func TestEvictionKeepsOpenReads(t *testing.T) {
 	t.Parallel()
-	c := openTest(t, Config{})
+	c := openTest(t, Default(""))
 	tc := makeChunk(1, evSize, false)
 	mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 	e, err := openEntry(c.paths.entry(KeyOf(tc.ck)), tc.ckKey(), c.direct.Load())
@@ -215,7 +215,7 @@ func wantPresent(t *testing.T, c *Cache, want map[uint64]bool) {
 // processes sharing the directory then overshoot the bound CACHE.md gives.
 func TestWritesDuringRescanCount(t *testing.T) {
 	// Not parallel: afterScan is package state.
-	c := openTest(t, Config{Dir: t.TempDir(), Capacity: 1 << 30})
+	c := openTest(t, func() Config { cc := Default(""); cc.Dir, cc.Capacity = t.TempDir(), 1<<30; return cc }())
 	mustPut(t, c, fakeDigest(1), rawMeta(evSize), content(1, evSize))
 	afterScan = func() {
 		afterScan = nil
@@ -242,7 +242,7 @@ func TestWritersWaitForSlowRescan(t *testing.T) {
 	// Not parallel: afterScan is package state.
 	dir := t.TempDir()
 	capacity := int64(64 * evEntry)
-	c := openTest(t, Config{Dir: dir, Capacity: capacity})
+	c := openTest(t, func() Config { cc := Default(""); cc.Dir, cc.Capacity = dir, capacity; return cc }())
 	bound := c.high + c.rescanEvery
 	var worst atomic.Int64
 	var scans atomic.Int32

@@ -12,7 +12,7 @@ import (
 // meanwhile without the reader seeing it, and the hit is counted.
 func TestHotServesRecentPuts(t *testing.T) {
 	t.Parallel()
-	c := openTest(t, Config{HotBytes: 8 << 20})
+	c := openTest(t, func() Config { cc := Default(""); cc.HotBytes = 8 << 20; return cc }())
 	tc := makeChunk(1, 1<<20, true)
 	mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 	// Damage the file: a read that went to the disk would fail its CRC.
@@ -39,7 +39,7 @@ func TestHotForgetsWhatTheCacheDrops(t *testing.T) {
 	t.Parallel()
 	t.Run("Remove", func(t *testing.T) {
 		t.Parallel()
-		c := openTest(t, Config{HotBytes: 8 << 20})
+		c := openTest(t, func() Config { cc := Default(""); cc.HotBytes = 8 << 20; return cc }())
 		tc := makeChunk(2, 4096, false)
 		mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 		if err := c.Remove(KeyOf(tc.ck)); err != nil {
@@ -56,7 +56,7 @@ func TestHotForgetsWhatTheCacheDrops(t *testing.T) {
 		t.Parallel()
 		const n = 64 << 10
 		entry := int64(headerSize + n)
-		c := openTest(t, Config{Capacity: 10 * entry, HotBytes: 64 * n})
+		c := openTest(t, func() Config { cc := Default(""); cc.Capacity, cc.HotBytes = 10*entry, 64*n; return cc }())
 		var gone []Key
 		var mu sync.Mutex
 		c.SetEvictHook(func(ds []Key) { mu.Lock(); gone = append(gone, ds...); mu.Unlock() })
@@ -78,7 +78,7 @@ func TestHotForgetsWhatTheCacheDrops(t *testing.T) {
 	})
 	t.Run("file missing", func(t *testing.T) {
 		t.Parallel()
-		c := openTest(t, Config{HotBytes: 8 << 20})
+		c := openTest(t, func() Config { cc := Default(""); cc.HotBytes = 8 << 20; return cc }())
 		tc := makeChunk(3, 4096, false)
 		mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 		if err := os.Remove(c.paths.entry(KeyOf(tc.ck))); err != nil {
@@ -97,7 +97,7 @@ func TestHotForgetsWhatTheCacheDrops(t *testing.T) {
 // deleted).
 func TestHotReadChunkVerifies(t *testing.T) {
 	t.Parallel()
-	c := openTest(t, Config{HotBytes: 8 << 20})
+	c := openTest(t, func() Config { cc := Default(""); cc.HotBytes = 8 << 20; return cc }())
 	tc := makeChunk(4, 8192, true)
 	mustPut(t, c, KeyOf(tc.ck), tc.meta(), tc.stored)
 	// Bytes put under a digest they do not have (Put trusts its caller).
@@ -190,7 +190,7 @@ func TestHotReaderKeepsBuffer(t *testing.T) {
 // Readers and writers at once: every read sees whole, right bytes.
 func TestHotConcurrent(t *testing.T) {
 	t.Parallel()
-	c := openTest(t, Config{HotBytes: 1 << 20})
+	c := openTest(t, func() Config { cc := Default(""); cc.HotBytes = 1 << 20; return cc }())
 	const n = 32 << 10
 	var wg sync.WaitGroup
 	for w := range uint64(4) {
@@ -225,7 +225,7 @@ func TestHotConcurrent(t *testing.T) {
 func TestHotOnlyWithDirect(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]*Cache{
-		"buffered": openTestIO(t, Config{HotBytes: 8 << 20}),
+		"buffered": openTestIO(t, func() Config { cc := Default(""); cc.HotBytes = 8 << 20; return cc }()),
 		"refused":  openTestIO(t, Config{HotBytes: 8 << 20, DirectIO: true, probeDirect: func(string) bool { return false }}),
 	} {
 		tc := makeChunk(6, 4096, false)
@@ -245,7 +245,7 @@ func TestHotBudgetWithinCapacity(t *testing.T) {
 	t.Parallel()
 	const n = 16 << 10
 	capacity := int64(8 * (headerSize + n))
-	c := openTest(t, Config{Capacity: capacity, HotBytes: 32 << 20})
+	c := openTest(t, func() Config { cc := Default(""); cc.Capacity, cc.HotBytes = capacity, 32<<20; return cc }())
 	if c.hot == nil || c.hot.budget != capacity {
 		t.Fatalf("hot budget %v, want the capacity %d", c.hot, capacity)
 	}
@@ -260,7 +260,7 @@ func TestHotBudgetWithinCapacity(t *testing.T) {
 		t.Fatalf("nothing kept in memory: %+v", s)
 	}
 	// Unlimited caches keep what HotBytes says.
-	if got := hotBudget(Config{HotBytes: 32 << 20}); got != 32<<20 {
+	if got := hotBudget(func() Config { cc := Default(""); cc.HotBytes = 32 << 20; return cc }()); got != 32<<20 {
 		t.Fatalf("unlimited cache: budget %d", got)
 	}
 }

@@ -35,7 +35,7 @@ func noSpace(t *testing.T, direct bool) {
 		}
 	})
 	dir := filepath.Join(mnt, "cache")
-	c := openTestIO(t, Config{Dir: dir, DirectIO: direct})
+	c := openTestIO(t, func() Config { cc := Default(""); cc.Dir, cc.DirectIO = dir, direct; return cc }())
 	if c.Stats().Direct != direct {
 		t.Fatalf("Direct: got %v, want %v", c.Stats().Direct, direct)
 	}

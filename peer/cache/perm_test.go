@@ -81,7 +81,7 @@ func TestModesUnderPermissiveUmask(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, direct := range []bool{false, true} {
 				dir := filepath.Join(t.TempDir(), "parent", fmt.Sprintf("cache-%v", direct))
-				c := openTestIO(t, Config{Dir: dir, Group: tt.group, DirectIO: direct})
+				c := openTestIO(t, func() Config { cc := Default(""); cc.Dir, cc.Group, cc.DirectIO = dir, tt.group, direct; return cc }())
 				mustPut(t, c, fakeDigest(1), rawMeta(100), content(1, 100))
 				if err := c.Rescan(); err != nil { // creates the lock file
 					t.Fatal(err)
@@ -121,7 +121,7 @@ func TestModesUnderPermissiveUmask(t *testing.T) {
 
 func TestPutFile(t *testing.T) {
 	t.Parallel()
-	c := openTestIO(t, Config{})
+	c := openTestIO(t, Default(""))
 	path, err := c.PutFile("bootstraps", "abc", []byte("one"))
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestOpenTightensLooseModes(t *testing.T) {
 	for _, group := range []string{"", strconv.Itoa(nobody)} {
 		t.Run("group="+group, func(t *testing.T) {
 			dir := t.TempDir()
-			c := openTestIO(t, Config{Dir: dir})
+			c := openTestIO(t, Default(dir))
 			for i := range uint64(3) {
 				mustPut(t, c, fakeDigest(i), rawMeta(100), content(i, 100))
 			}
@@ -170,7 +170,11 @@ func TestOpenTightensLooseModes(t *testing.T) {
 			})
 
 			var log bytes.Buffer
-			c2 := openTestIO(t, Config{Dir: dir, Group: group, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			c2 := openTestIO(t, func() Config {
+				cc := Default("")
+				cc.Dir, cc.Group, cc.Logger = dir, group, slog.New(slog.NewTextHandler(&log, nil))
+				return cc
+			}())
 			if got := len(c2.Keys()); got != 3 {
 				t.Fatalf("got %d entries after reopening, want 3", got)
 			}
@@ -207,8 +211,10 @@ func TestGroupConfig(t *testing.T) {
 			if err == nil {
 				t.Errorf("group %q: got gid %d, want an error", tt.group, gid)
 			}
-			if err := (Config{Dir: "x", Group: tt.group}).Validate(); err == nil || !strings.Contains(err.Error(), "Group:") {
-				t.Errorf("Validate with group %q: got %v, want an error naming Group", tt.group, err)
+			c := Default("x")
+			c.Group = tt.group
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "group:") {
+				t.Errorf("Validate with group %q: got %v, want an error naming group", tt.group, err)
 			}
 			continue
 		}
@@ -255,7 +261,7 @@ func TestGroupReader(t *testing.T) {
 	} {
 		t.Run("group="+tt.group, func(t *testing.T) {
 			dir := filepath.Join(base, "cache-"+tt.group)
-			c := openTestIO(t, Config{Dir: dir, Group: tt.group, Capacity: 1 << 20})
+			c := openTestIO(t, func() Config { cc := Default(""); cc.Dir, cc.Group, cc.Capacity = dir, tt.group, 1<<20; return cc }())
 			if err := c.PutChunk(tc.ck, tc.stored); err != nil {
 				t.Fatal(err)
 			}
@@ -282,7 +288,7 @@ func TestGroupReader(t *testing.T) {
 func actReader(t *testing.T, spec string) {
 	dir, group, _ := strings.Cut(spec, ",")
 	tc := makeChunk(7, 64<<10, true)
-	c, err := Open(Config{Dir: dir, Group: group, Capacity: 1 << 20})
+	c, err := Open(func() Config { cc := Default(""); cc.Dir, cc.Group, cc.Capacity = dir, group, 1<<20; return cc }())
 	if err != nil {
 		t.Fatalf("as uid %d: Open: %v", os.Geteuid(), err)
 	}

@@ -24,7 +24,7 @@ func TestConcurrentUse(t *testing.T) {
 		chunks[i] = makeChunk(uint64(i), size, i%3 == 0)
 	}
 	dir := t.TempDir()
-	cfg := Config{Dir: dir, Capacity: 12 * (headerSize + size)}
+	cfg := func() Config { cc := Default(""); cc.Dir, cc.Capacity = dir, 12*(headerSize+size); return cc }()
 	caches := []*Cache{openTest(t, cfg), openTest(t, cfg)}
 
 	var wg sync.WaitGroup

@@ -19,7 +19,7 @@ func TestDirectoryDeleted(t *testing.T) {
 	dir := t.TempDir() + "/cache"
 	const size = 4096
 	entry := int64(headerSize + size)
-	c := openTest(t, Config{Dir: dir, Capacity: 20 * entry})
+	c := openTest(t, func() Config { cc := Default(""); cc.Dir, cc.Capacity = dir, 20*entry; return cc }())
 	chunks := make([]testChunk, 10)
 	for i := range chunks {
 		chunks[i] = makeChunk(uint64(i), size, false)
@@ -66,7 +66,7 @@ func TestDirectoryDeleted(t *testing.T) {
 func TestDirectoryDeletedWhileReading(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir() + "/cache"
-	c := openTest(t, Config{Dir: dir})
+	c := openTest(t, Default(dir))
 	chunks := make([]testChunk, 8)
 	for i := range chunks {
 		chunks[i] = makeChunk(uint64(i), 32<<10, i%2 == 0)

@@ -88,7 +88,7 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	}
 	d.onClose(d.cache.Close)
 
-	if d.exch, err = exchange.NewServer(d.host, d.cache, cfg.exchange(), log.With("part", "exchange")); err != nil {
+	if d.exch, err = exchange.NewServer(d.host, d.cache, cfg.Exchange, log.With("part", "exchange")); err != nil {
 		return nil, fmt.Errorf("chunk exchange: %w", err)
 	}
 	d.onClose(d.exch.Close)
@@ -108,8 +108,8 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 		log.Warn("no scheduler configured: chunks come from the node cache and the origin only")
 	}
 
-	if d.up, err = registry.New(cfg.Upstream, log.With("part", "upstream")); err != nil {
-		return nil, fmt.Errorf("upstream client: %w", err)
+	if d.up, err = registry.New(cfg.Upstream, log.With("part", "registry")); err != nil {
+		return nil, fmt.Errorf("registry client: %w", err)
 	}
 	d.onClose(func() error { d.up.Close(); return nil })
 

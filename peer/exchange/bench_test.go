@@ -43,7 +43,7 @@ func BenchmarkFetch(b *testing.B) {
 							stored += int64(len(tc.stored))
 						}
 						srvHost, cli := pair(b, sec.mod)
-						newServer(b, srvHost, newCache(b, tcs), ServerConfig{NoVerify: !verify})
+						newServer(b, srvHost, newCache(b, tcs), func() ServerConfig { c := DefaultServerConfig(); c.NoVerify = !verify; return c }())
 						deliver := func(rafs.Chunk, []byte) error { return nil }
 						b.SetBytes(stored * int64(streams))
 						b.ResetTimer()

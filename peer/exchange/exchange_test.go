@@ -21,7 +21,7 @@ func TestFetch(t *testing.T) {
 	raw := makeChunks(1, 3, 256<<10, false)
 	comp := makeChunks(2, 3, 256<<10, true)
 	all := append(slices.Clone(raw), comp...)
-	srv := newServer(t, srvHost, newCache(t, all), ServerConfig{})
+	srv := newServer(t, srvHost, newCache(t, all), DefaultServerConfig())
 
 	col := &collector{t: t}
 	res, err := Fetch(t.Context(), cli, srvHost.ID(), rafs.Digest{1}, chunksOf(all), col.deliver)
@@ -53,7 +53,7 @@ func TestFetchMissing(t *testing.T) {
 	srvHost, cli := pair(t)
 	tcs := makeChunks(3, 6, 64<<10, true)
 	held := []testChunk{tcs[0], tcs[2], tcs[5]}
-	srv := newServer(t, srvHost, newCache(t, held), ServerConfig{})
+	srv := newServer(t, srvHost, newCache(t, held), DefaultServerConfig())
 
 	col := &collector{t: t}
 	res, err := Fetch(t.Context(), cli, srvHost.ID(), rafs.Digest{1}, chunksOf(tcs), col.deliver)
@@ -84,7 +84,7 @@ func TestFetchOtherForm(t *testing.T) {
 		r.Flags, r.CompressedSize, r.stored = 0, r.Size, r.content
 		rawForm[i] = r
 	}
-	newServer(t, srvHost, newCache(t, rawForm), ServerConfig{})
+	newServer(t, srvHost, newCache(t, rawForm), DefaultServerConfig())
 
 	var forms []rafs.Chunk
 	res, err := Fetch(t.Context(), cli, srvHost.ID(), rafs.Digest{1}, chunksOf(comp), func(c rafs.Chunk, stored []byte) error {
@@ -110,7 +110,7 @@ func TestFetchCorrupt(t *testing.T) {
 			t.Parallel()
 			srvHost, cli := pair(t)
 			c := newCache(t, tcs)
-			srv := newServer(t, srvHost, flipStore{Cache: c, flip: map[rafs.Digest]bool{tcs[1].Digest: true}}, ServerConfig{NoVerify: !verify})
+			srv := newServer(t, srvHost, flipStore{Cache: c, flip: map[rafs.Digest]bool{tcs[1].Digest: true}}, func() ServerConfig { c := DefaultServerConfig(); c.NoVerify = !verify; return c }())
 
 			col := &collector{t: t}
 			res, err := Fetch(t.Context(), cli, srvHost.ID(), rafs.Digest{1}, chunksOf(tcs), col.deliver)
@@ -178,7 +178,7 @@ func TestDeliverError(t *testing.T) {
 	t.Parallel()
 	srvHost, cli := pair(t)
 	tcs := makeChunks(6, 3, 64<<10, true)
-	newServer(t, srvHost, newCache(t, tcs), ServerConfig{})
+	newServer(t, srvHost, newCache(t, tcs), DefaultServerConfig())
 	stop := errors.New("stop")
 	res, err := Fetch(t.Context(), cli, srvHost.ID(), rafs.Digest{}, chunksOf(tcs), func(rafs.Chunk, []byte) error { return stop })
 	if !errors.Is(err, stop) || res.Delivered != 1 || len(res.Unanswered) != 2 {
@@ -247,7 +247,7 @@ func TestFetchBlake3(t *testing.T) {
 	srvHost, cli := pair(t)
 	all := blake3Chunks(append(makeChunks(30, 2, 128<<10, false), makeChunks(31, 2, 128<<10, true)...))
 	c := newCache(t, all)
-	srv := newServer(t, srvHost, c, ServerConfig{})
+	srv := newServer(t, srvHost, c, DefaultServerConfig())
 	col := &collector{t: t}
 	res, err := Fetch(t.Context(), cli, srvHost.ID(), rafs.Digest{3}, chunksOf(all), col.deliver)
 	if err != nil || res.Delivered != len(all) {
@@ -260,7 +260,7 @@ func TestFetchBlake3(t *testing.T) {
 	wrong[0].Flags &^= rafs.ChunkBlake3
 	for _, noVerify := range []bool{false, true} {
 		h, cl := pair(t)
-		s := newServer(t, h, c, ServerConfig{NoVerify: noVerify})
+		s := newServer(t, h, c, func() ServerConfig { c := DefaultServerConfig(); c.NoVerify = noVerify; return c }())
 		res, err = Fetch(t.Context(), cl, h.ID(), rafs.Digest{3}, wrong, nil)
 		if err != nil || res.Delivered != 1 || len(res.Missing) != 0 || len(res.Bad) != 0 ||
 			len(res.OtherAlgo) != 1 || res.OtherAlgo[0].Digest != wrong[0].Digest {
@@ -278,14 +278,14 @@ func TestFetchBlake3(t *testing.T) {
 	// they verify under the other algorithm and does not take the
 	// server for a liar.
 	oldHost, cli3 := pair(t)
-	newServer(t, oldHost, digestOnly{c: c}, ServerConfig{NoVerify: true})
+	newServer(t, oldHost, digestOnly{c: c}, func() ServerConfig { c := DefaultServerConfig(); c.NoVerify = true; return c }())
 	res, err = Fetch(t.Context(), cli3, oldHost.ID(), rafs.Digest{3}, wrong, nil)
 	if err != nil || res.Delivered != 1 || len(res.Bad) != 0 || len(res.OtherAlgo) != 1 {
 		t.Errorf("server looking up by digest alone: %+v, err %v; want the flipped chunk in OtherAlgo, not Bad", res, err)
 	}
 	// Bytes that verify under neither algorithm are bad, as ever.
 	liarHost, cli4 := pair(t)
-	newServer(t, liarHost, digestOnly{c: c, damage: true}, ServerConfig{NoVerify: true})
+	newServer(t, liarHost, digestOnly{c: c, damage: true}, func() ServerConfig { c := DefaultServerConfig(); c.NoVerify = true; return c }())
 	_, err = Fetch(t.Context(), cli4, liarHost.ID(), rafs.Digest{3}, wrong[:1], nil)
 	if !errors.Is(err, ErrBadChunk) {
 		t.Errorf("bad bytes: got %v, want ErrBadChunk", err)

@@ -97,12 +97,8 @@ func clusterKey(t testing.TB) string {
 // applied to its config.
 func newHost(t testing.TB, keyFile string, mods ...func(*dhost.Config)) *dhost.Host {
 	t.Helper()
-	cfg := dhost.Config{
-		IdentityFile:   filepath.Join(t.TempDir(), "identity.key"),
-		ListenAddrs:    []string{"/ip4/127.0.0.1/tcp/0"},
-		ClusterKeyFile: keyFile,
-		DialTimeout:    5 * time.Second,
-	}
+	cfg := dhost.Loopback(filepath.Join(t.TempDir(), "identity.key"), keyFile)
+	cfg.DialTimeout = 5 * time.Second
 	for _, m := range mods {
 		m(&cfg)
 	}

@@ -80,7 +80,6 @@ func NewServer(h host.Host, store Store, cfg ServerConfig, log *slog.Logger) (*S
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("exchange server config: %w", err)
 	}
-	cfg = cfg.withDefaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

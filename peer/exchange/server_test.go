@@ -42,7 +42,7 @@ func rawRequest(t *testing.T, cli, srv *dhost.Host, frame []byte) (Status, strin
 func TestBadRequests(t *testing.T) {
 	t.Parallel()
 	srvHost, cli := pair(t)
-	srv := newServer(t, srvHost, newCache(t, nil), ServerConfig{})
+	srv := newServer(t, srvHost, newCache(t, nil), DefaultServerConfig())
 
 	good := makeChunks(8, 2, 64<<10, true)
 	valid := appendRequest(nil, rafs.Digest{1}, chunksOf(good))
@@ -122,7 +122,7 @@ func TestStalledRequester(t *testing.T) {
 	srvHost, cli := pair(t)
 	// 40 chunks of 1 MiB of random data: more than yamux's stream window.
 	tcs := makeChunks(9, 40, 1<<20, false)
-	srv := newServer(t, srvHost, newCache(t, tcs), ServerConfig{StreamTimeout: 300 * time.Millisecond})
+	srv := newServer(t, srvHost, newCache(t, tcs), func() ServerConfig { c := DefaultServerConfig(); c.StreamTimeout = 300 * time.Millisecond; return c }())
 
 	open := func() network.Stream {
 		s, err := cli.NewStream(t.Context(), srvHost.ID(), ProtocolID)
@@ -161,7 +161,7 @@ func TestBusy(t *testing.T) {
 	connect(t, cli2, srvHost)
 	tcs := makeChunks(10, 1, 64<<10, true)
 	gate := gateStore{Store: newCache(t, tcs), entered: make(chan struct{}, 8), release: make(chan struct{})}
-	srv := newServer(t, srvHost, gate, ServerConfig{MaxStreamsPerPeer: 2, MaxStreams: 3})
+	srv := newServer(t, srvHost, gate, func() ServerConfig { c := DefaultServerConfig(); c.MaxStreamsPerPeer, c.MaxStreams = 2, 3; return c }())
 
 	fetch := func(h *dhost.Host) <-chan error {
 		ch := make(chan error, 1)
@@ -205,7 +205,7 @@ func TestCloseDuringFetch(t *testing.T) {
 	srvHost, cli := pair(t)
 	tcs := makeChunks(11, 2, 64<<10, true)
 	gate := gateStore{Store: newCache(t, tcs), entered: make(chan struct{}, 8), release: make(chan struct{})}
-	srv, err := NewServer(srvHost, gate, ServerConfig{}, nil)
+	srv, err := NewServer(srvHost, gate, DefaultServerConfig(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestUploadLimit(t *testing.T) {
 	const rate = 4 << 20
 	srvHost, cli := pair(t)
 	tcs := makeChunks(12, 24, 256<<10, false) // 6 MiB
-	cfg := ServerConfig{UploadBytesPerSec: rate}
+	cfg := func() ServerConfig { c := DefaultServerConfig(); c.UploadBytesPerSec = rate; return c }()
 	newServer(t, srvHost, newCache(t, tcs), cfg)
 
 	start := time.Now()
@@ -272,16 +272,19 @@ func TestUploadLimit(t *testing.T) {
 
 func TestServerConfigValidate(t *testing.T) {
 	t.Parallel()
-	if err := (ServerConfig{}).Validate(); err != nil {
-		t.Fatalf("zero config: %v", err)
+	if err := DefaultServerConfig().Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	if err := (ServerConfig{}).Validate(); err == nil || !strings.Contains(err.Error(), "max_streams_per_peer: 0") || !strings.Contains(err.Error(), "stream_timeout: 0s") {
+		t.Errorf("zero config: got %v, want max_streams_per_peer and stream_timeout refused", err)
 	}
 	err := ServerConfig{MaxStreamsPerPeer: -1, MaxStreams: -2, UploadBytesPerSec: -3, StreamTimeout: -4}.Validate()
-	for _, w := range []string{"MaxStreamsPerPeer: -1", "MaxStreams: -2", "UploadBytesPerSec: -3", "StreamTimeout: -4ns"} {
+	for _, w := range []string{"max_streams_per_peer: -1", "max_streams: -2", "upload_bytes_per_sec: -3", "stream_timeout: -4ns"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("got %v, want mention of %q", err, w)
 		}
 	}
-	if err := (ServerConfig{MaxStreamsPerPeer: 10, MaxStreams: 5}).Validate(); err == nil || !strings.Contains(err.Error(), "above MaxStreams") {
+	if err := (ServerConfig{MaxStreamsPerPeer: 10, MaxStreams: 5}).Validate(); err == nil || !strings.Contains(err.Error(), "above max_streams") {
 		t.Errorf("got %v, want per-peer above total", err)
 	}
 }
@@ -296,7 +299,7 @@ func TestUploadFairness(t *testing.T) {
 	connect(t, a, srvHost)
 	connect(t, b, srvHost)
 	tcs := makeChunks(13, 40, 64<<10, false)
-	cfg := ServerConfig{UploadBytesPerSec: rate}
+	cfg := func() ServerConfig { c := DefaultServerConfig(); c.UploadBytesPerSec = rate; return c }()
 	newServer(t, srvHost, newCache(t, tcs), cfg)
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)

@@ -7,7 +7,7 @@ import (
 
 func TestValidate(t *testing.T) {
 	t.Parallel()
-	ok := Config{IdentityFile: "id", ClusterKeyFile: "k", ListenAddrs: []string{"/ip4/127.0.0.1/tcp/0"}}
+	ok := Loopback("id", "k")
 	tests := []struct {
 		name string
 		mod  func(*Config)
@@ -31,22 +31,22 @@ func TestValidate(t *testing.T) {
 				DialTimeout:     -1,
 			}
 		}, []string{
-			"IdentityFile: must be set",
-			"ListenAddrs[0]:", "QUIC cannot carry",
-			"ListenAddrs[1]:",
-			"ListenAddrs[2]:", "IP address or DNS",
-			"AnnounceAddrs[0]:",
-			"ClusterKeyFile: must be set",
-			`Security: "ssl"`,
-			`ClusterAuth: "psk"`,
-			"MaxConns: -1",
-			"MaxConnsPerPeer: -2",
-			"DialTimeout: -1ns",
+			"identity_file: must be set",
+			"listen_addrs[0]:", "QUIC cannot carry",
+			"listen_addrs[1]:",
+			"listen_addrs[2]:", "IP address or DNS",
+			"announce_addrs[0]:",
+			"cluster_key_file: must be set",
+			`security: "ssl"`,
+			`cluster_auth: "psk"`,
+			"max_conns: -1",
+			"max_conns_per_peer: -2",
+			"dial_timeout: -1ns",
 		}},
-		{"no listen addrs", func(c *Config) { c.ListenAddrs = nil }, []string{"ListenAddrs: must name"}},
-		{"key and open", func(c *Config) { c.InsecureOpenCluster = true }, []string{"InsecureOpenCluster: set together"}},
-		{"per peer above total", func(c *Config) { c.MaxConns = 4; c.MaxConnsPerPeer = 5 }, []string{"MaxConnsPerPeer: 5 is above MaxConns 4"}},
-		{"default per peer above total", func(c *Config) { c.MaxConns = 4 }, []string{"MaxConnsPerPeer: 8 is above MaxConns 4"}},
+		{"no listen addrs", func(c *Config) { c.ListenAddrs = nil }, []string{"listen_addrs: must name"}},
+		{"key and open", func(c *Config) { c.InsecureOpenCluster = true }, []string{"insecure_open_cluster: set together"}},
+		{"per peer above total", func(c *Config) { c.MaxConns = 4; c.MaxConnsPerPeer = 5 }, []string{"max_conns_per_peer: 5 is above max_conns 4"}},
+		{"default per peer above total", func(c *Config) { c.MaxConns = 4 }, []string{"max_conns_per_peer: 8 is above max_conns 4"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

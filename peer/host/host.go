@@ -37,13 +37,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Host, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("host config: %w", err)
 	}
-	cfg = cfg.withDefaults()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	id, err := loadOrCreateIdentity(cfg.IdentityFile)
 	if err != nil {
-		return nil, fmt.Errorf("IdentityFile: %w", err)
+		return nil, fmt.Errorf("identity_file: %w", err)
 	}
 	// SO_REUSEPORT stays off (libp2p turns it on to dial from the listen
 	// port, for NAT traversal, which a cluster does not need): with it, a
@@ -70,7 +69,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Host, error) {
 	} else {
 		psk, err := loadClusterKey(cfg.ClusterKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("ClusterKeyFile: %w", err)
+			return nil, fmt.Errorf("cluster_key_file: %w", err)
 		}
 		other := ClusterAuthPrivateNetwork
 		if cfg.ClusterAuth == ClusterAuthPrivateNetwork {
@@ -114,7 +113,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Host, error) {
 	for i, s := range cfg.ListenAddrs {
 		if err := h.Network().Listen(ma.StringCast(s)); err != nil { // parsed by Validate
 			h.Close()
-			return nil, fmt.Errorf("ListenAddrs[%d]: %w", i, err)
+			return nil, fmt.Errorf("listen_addrs[%d]: %w", i, err)
 		}
 	}
 	log.Info("host: started", "peer", h.ID(), "addrs", h.Addrs(), "open_cluster", cfg.InsecureOpenCluster, "security", cfg.Security, "cluster_auth", cfg.ClusterAuth)

@@ -28,15 +28,8 @@ func writeKey(t testing.TB, dir, name string) string {
 
 // testConfig is a loopback host config with its identity in dir.
 func testConfig(dir, keyFile string) Config {
-	c := Config{
-		IdentityFile:   filepath.Join(dir, "identity.key"),
-		ListenAddrs:    []string{"/ip4/127.0.0.1/tcp/0"},
-		ClusterKeyFile: keyFile,
-		DialTimeout:    5 * time.Second,
-	}
-	if keyFile == "" {
-		c.InsecureOpenCluster = true
-	}
+	c := Loopback(filepath.Join(dir, "identity.key"), keyFile)
+	c.DialTimeout = 5 * time.Second
 	return c
 }
 
@@ -219,11 +212,11 @@ func TestNewRefusesBadFiles(t *testing.T) {
 		want  string
 	}{
 		{"identity group readable", chmod(filepath.Join(idDir, "identity.key"), 0o640),
-			func() Config { return testConfig(idDir, key) }, "IdentityFile:"},
+			func() Config { return testConfig(idDir, key) }, "identity_file:"},
 		{"cluster key world readable", chmod(key, 0o604),
-			func() Config { return testConfig(filepath.Join(dir, "x"), key) }, "ClusterKeyFile:"},
+			func() Config { return testConfig(filepath.Join(dir, "x"), key) }, "cluster_key_file:"},
 		{"cluster key missing", func(*testing.T) {},
-			func() Config { return testConfig(filepath.Join(dir, "x"), filepath.Join(dir, "absent")) }, "ClusterKeyFile:"},
+			func() Config { return testConfig(filepath.Join(dir, "x"), filepath.Join(dir, "absent")) }, "cluster_key_file:"},
 		{"cluster key garbage", write(filepath.Join(dir, "garbage"), "hello\n"),
 			func() Config { return testConfig(filepath.Join(dir, "x"), filepath.Join(dir, "garbage")) }, "not a cluster key file"},
 		{"cluster key zero", write(filepath.Join(dir, "zero"), clusterKeyHeader+string(make64('0'))+"\n"),
@@ -234,8 +227,8 @@ func TestNewRefusesBadFiles(t *testing.T) {
 				c.IdentityFile = filepath.Join(dir, "badid")
 				c.InsecureOpenCluster, c.ClusterKeyFile = true, ""
 				return c
-			}, "IdentityFile:"},
-		{"invalid config", func(*testing.T) {}, func() Config { return Config{} }, "IdentityFile: must be set"},
+			}, "identity_file:"},
+		{"invalid config", func(*testing.T) {}, func() Config { return Config{} }, "identity_file: must be set"},
 	}
 	for _, tt := range tests { // sequential: some share files
 		t.Run(tt.name, func(t *testing.T) {
@@ -294,7 +287,7 @@ func TestPortInUse(t *testing.T) {
 		h.Close()
 		t.Fatalf("second host on %s started, want an error", cfg.ListenAddrs[0])
 	}
-	if !strings.Contains(err.Error(), "ListenAddrs[0]") {
-		t.Fatalf("got %v, want it to name ListenAddrs[0]", err)
+	if !strings.Contains(err.Error(), "listen_addrs[0]") {
+		t.Fatalf("got %v, want it to name listen_addrs[0]", err)
 	}
 }

@@ -33,9 +33,8 @@ type Client struct {
 // New returns a Client. log may be nil.
 func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("upstream config: %w", err)
+		return nil, fmt.Errorf("registry config: %w", err)
 	}
-	cfg = cfg.withDefaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Defaults for the zero values of Config.
+// Defaults of Config (Default).
 const (
 	DefaultRegistry       = "https://registry-1.docker.io"
 	DefaultTimeout        = 30 * time.Second
@@ -17,8 +17,11 @@ const (
 	DefaultRetryLimit     = 3
 )
 
-// Config configures a Client. The mapstructure tags are the configuration
-// file's keys.
+// Config configures a Client. Start from Default: a zero field means
+// zero, and Validate refuses it where that makes no sense. The
+// mapstructure tags are the configuration file's keys; fields tagged
+// config:"advanced" are tunables whose defaults need no touching
+// (advanced.registry.* in the peer's file).
 type Config struct {
 	// DefaultRegistry is the base URL of the registry used when a request
 	// names none, "https://host[:port]".
@@ -44,12 +47,12 @@ type Config struct {
 	LendNodeCredentials []string `mapstructure:"lend_node_credentials"`
 	// Timeout bounds one ReadRange attempt, and the wait for response
 	// headers of a forwarded request (its body may stream for longer).
-	Timeout time.Duration `mapstructure:"timeout"`
+	Timeout time.Duration `mapstructure:"timeout" config:"advanced"`
 	// ConnectTimeout bounds one TCP connect.
-	ConnectTimeout time.Duration `mapstructure:"connect_timeout"`
+	ConnectTimeout time.Duration `mapstructure:"connect_timeout" config:"advanced"`
 	// RetryLimit is how many times a transient failure is retried
 	// (connection errors, 5xx, 429), with exponential backoff.
-	RetryLimit int `mapstructure:"retry_limit"`
+	RetryLimit int `mapstructure:"retry_limit" config:"advanced"`
 }
 
 // Default returns the default configuration.
@@ -62,32 +65,11 @@ func Default() Config {
 	}
 }
 
-// withDefaults fills zero values with defaults.
-func (c Config) withDefaults() Config {
-	d := Default()
-	if c.DefaultRegistry == "" {
-		c.DefaultRegistry = d.DefaultRegistry
-	}
-	if c.Timeout == 0 {
-		c.Timeout = d.Timeout
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = d.ConnectTimeout
-	}
-	if c.RetryLimit == 0 {
-		c.RetryLimit = d.RetryLimit
-	}
-	return c
-}
-
-// Validate reports every problem of c at once. Zero values are valid
-// (they mean the defaults).
+// Validate reports every problem of c at once, each naming its key.
 func (c Config) Validate() error {
 	var errs []error
-	if c.DefaultRegistry != "" {
-		if _, err := parseBase(c.DefaultRegistry, c.PlainHTTP); err != nil {
-			errs = append(errs, fmt.Errorf("default_registry: %w", err))
-		}
+	if _, err := parseBase(c.DefaultRegistry, c.PlainHTTP); err != nil {
+		errs = append(errs, fmt.Errorf("default_registry: %w", err))
 	}
 	for _, h := range c.PlainHTTP {
 		if h == "" || strings.ContainsAny(h, "/ ") {
@@ -102,11 +84,11 @@ func (c Config) Validate() error {
 	if len(c.LendNodeCredentials) > 0 && c.DockerConfigFile == "" {
 		errs = append(errs, errors.New("lend_node_credentials: set, but docker_config_file is empty"))
 	}
-	if c.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("timeout: %v is negative", c.Timeout))
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("timeout: %v is not positive", c.Timeout))
 	}
-	if c.ConnectTimeout < 0 {
-		errs = append(errs, fmt.Errorf("connect_timeout: %v is negative", c.ConnectTimeout))
+	if c.ConnectTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("connect_timeout: %v is not positive", c.ConnectTimeout))
 	}
 	if c.RetryLimit < 0 || c.RetryLimit > 100 {
 		errs = append(errs, fmt.Errorf("retry_limit: %d is outside 0..100", c.RetryLimit))

@@ -12,30 +12,33 @@ import (
 )
 
 // Config configures a Client. Keys (mapstructure tags) are the ones of the
-// peer daemon's scheduler section.
+// peer daemon's scheduler section; fields tagged config:"advanced" are
+// tunables whose defaults need no touching (advanced.scheduler.* in the
+// peer's file), and Labels and RouteTimeout are set by the daemon from
+// its own labels and advanced.node.route_timeout.
 type Config struct {
 	// Schedulers are the scheduler daemons' multiaddrs, each ending in
 	// /p2p/<peer ID>. Several addresses of one scheduler are merged.
-	Schedulers []string `mapstructure:"schedulers" yaml:"schedulers"`
+	Schedulers []string `mapstructure:"schedulers"`
 	// Labels locate this peer: scheduler.LabelHost, LabelRack, LabelZone
 	// and any others, sent on registration.
-	Labels map[string]string `mapstructure:"labels" yaml:"labels"`
+	Labels map[string]string `mapstructure:"-"`
 	// UploadCapacity is the bytes/s this peer may upload; 0 = unknown.
-	UploadCapacity int64 `mapstructure:"upload_capacity" yaml:"upload_capacity"`
+	UploadCapacity int64 `mapstructure:"upload_capacity" config:"advanced"`
 	// HeartbeatInterval is how often each scheduler is sent a heartbeat,
 	// and how often undelivered announcements are retried.
-	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval" yaml:"heartbeat_interval"`
+	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval" config:"advanced"`
 	// RouteTimeout bounds one Route call over all schedulers tried.
-	RouteTimeout time.Duration `mapstructure:"route_timeout" yaml:"route_timeout"`
+	RouteTimeout time.Duration `mapstructure:"-"`
 	// RequestTimeout bounds one background request (register, heartbeat,
 	// announce, report), dial included.
-	RequestTimeout time.Duration `mapstructure:"request_timeout" yaml:"request_timeout"`
+	RequestTimeout time.Duration `mapstructure:"request_timeout" config:"advanced"`
 	// DeadAfter is how many heartbeats in a row may fail before a
 	// scheduler is taken as dead and its blobs move to the others.
-	DeadAfter int `mapstructure:"dead_after" yaml:"dead_after"`
+	DeadAfter int `mapstructure:"dead_after" config:"advanced"`
 	// QueueSize bounds the Abandon and Report messages waiting for
 	// delivery; more are dropped (they only speed things up).
-	QueueSize int `mapstructure:"queue_size" yaml:"queue_size"`
+	QueueSize int `mapstructure:"queue_size" config:"advanced"`
 }
 
 // Default returns the default configuration (no schedulers).
@@ -85,10 +88,7 @@ func (c Config) Validate() error {
 	if c.QueueSize <= 0 {
 		errs = append(errs, fmt.Errorf("queue_size: %d must be positive", c.QueueSize))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("scheduler client config: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func parseScheduler(s string) (*peer.AddrInfo, error) {

@@ -44,7 +44,8 @@ func startSchedulerWith(t *testing.T, edit func(*server.Config)) *testScheduler 
 func (ts *testScheduler) start() {
 	ts.t.Helper()
 	cfg := server.Default(ts.t.TempDir())
-	cfg.Host = server.HostConfig{IdentityFile: ts.identity, ListenAddrs: []string{ts.listen}, InsecureOpenCluster: true}
+	cfg.Host = dhost.Loopback(ts.identity, "")
+	cfg.Host.ListenAddrs = []string{ts.listen}
 	cfg.Admin.Listen = "127.0.0.1:0"
 	cfg.State.PeerTTL = time.Second
 	cfg.ExpireInterval = 50 * time.Millisecond
@@ -95,11 +96,7 @@ func newPeer(t *testing.T) *dhost.Host {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	h, err := dhost.New(ctx, dhost.Config{
-		IdentityFile:        filepath.Join(t.TempDir(), "identity.key"),
-		ListenAddrs:         []string{"/ip4/127.0.0.1/tcp/0"},
-		InsecureOpenCluster: true,
-	}, nil)
+	h, err := dhost.New(ctx, dhost.Loopback(filepath.Join(t.TempDir(), "identity.key"), ""), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

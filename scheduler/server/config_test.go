@@ -23,14 +23,14 @@ func TestConfigValidate(t *testing.T) {
 	if err == nil {
 		t.Fatal("got nil error for a bad config")
 	}
-	for _, want := range []string{"admin.listen", "MaxParents", "state.max_chunks_per_blob", "expire_interval", "max_streams_per_peer", "requests_per_peer", "request_burst_per_peer", "host:"} {
+	for _, want := range []string{"admin.listen", "state.max_parents", "state.max_chunks_per_blob", "expire_interval", "max_streams_per_peer", "requests_per_peer", "request_burst_per_peer", "host.listen_addrs"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
 	ok := Default("/x")
 	ok.Admin.Listen = "0.0.0.0:7947"
-	ok.Admin.AllowNonLoopback = true
+	ok.Admin.AllowRemote = true
 	if err := ok.Validate(); err != nil {
 		t.Errorf("allowed non-loopback admin: %v", err)
 	}

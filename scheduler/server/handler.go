@@ -129,7 +129,7 @@ func (s *Server) allow(p peer.ID, now time.Time) bool {
 	defer s.mu.Unlock()
 	lim := s.limiters[p]
 	if lim == nil {
-		lim = rate.NewLimiter(rate.Limit(s.cfg.RequestsPerPeer), s.cfg.burst())
+		lim = rate.NewLimiter(rate.Limit(s.cfg.RequestsPerPeer), s.cfg.RequestBurstPerPeer)
 		s.limiters[p] = lim
 	}
 	return lim.AllowN(now, 1)
@@ -140,7 +140,7 @@ func (s *Server) allow(p peer.ID, now time.Time) bool {
 func (s *Server) sweepLimiters(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	burst := float64(s.cfg.burst())
+	burst := float64(s.cfg.RequestBurstPerPeer)
 	for p, lim := range s.limiters {
 		if lim.TokensAt(now) >= burst {
 			delete(s.limiters, p)

@@ -16,11 +16,7 @@ import (
 // testConfig is a scheduler on loopback with a short expiry interval.
 func testConfig(t *testing.T) Config {
 	cfg := Default(t.TempDir())
-	cfg.Host = HostConfig{
-		IdentityFile:        filepath.Join(t.TempDir(), "identity.key"),
-		ListenAddrs:         []string{"/ip4/127.0.0.1/tcp/0"},
-		InsecureOpenCluster: true,
-	}
+	cfg.Host = dhost.Loopback(filepath.Join(t.TempDir(), "identity.key"), "")
 	cfg.Admin.Listen = "127.0.0.1:0"
 	// Long enough that peers of tests that send no heartbeats stay
 	// members on a loaded machine; TestExpiry shortens it.
@@ -53,11 +49,7 @@ func newPeer(t *testing.T) *dhost.Host {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	h, err := dhost.New(ctx, dhost.Config{
-		IdentityFile:        filepath.Join(t.TempDir(), "identity.key"),
-		ListenAddrs:         []string{"/ip4/127.0.0.1/tcp/0"},
-		InsecureOpenCluster: true,
-	}, nil)
+	h, err := dhost.New(ctx, dhost.Loopback(filepath.Join(t.TempDir(), "identity.key"), ""), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

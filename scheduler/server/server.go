@@ -53,13 +53,13 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	// Seeded at random so that schedulers break ties differently.
-	state, err := scheduler.New(cfg.State.Core(), rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	state, err := scheduler.New(cfg.State, rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, state: state, perPeer: make(map[peer.ID]int), limiters: make(map[peer.ID]*rate.Limiter), watches: newWatches(), quit: make(chan struct{})}
 	s.metrics = newMetrics(state, s.HeldRoutes)
-	hc := cfg.Host.HostConfig()
+	hc := cfg.Host
 	hc.Registerer = s.metrics.reg
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -37,7 +37,8 @@ cache:
 prefetch:
   enable: true
   prefetch_all: %t
-amplify_io: %d
+advanced:
+  amplify_io: %d
 `, c.Shaper, c.Repo, c.CacheDir, c.PrefetchAll, c.AmplifyIO)
 }
 
