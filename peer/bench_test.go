@@ -424,7 +424,9 @@ func startBenchPeer(b *testing.B, keyFile string, st *scheduler.State, originURL
 		<-ran
 		p.node.Close()
 	})
-	px, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0"}, p.node, up, nil, nil)
+	pc := proxy.Default()
+	pc.Listen = "127.0.0.1:0"
+	px, err := proxy.New(pc, p.node, up, nil, nil)
 	if err != nil {
 		fail(err)
 	}
