@@ -2,6 +2,7 @@ package configs
 
 import (
 	"bytes"
+	schedd "damselfly/scheduler/daemon"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,6 @@ import (
 
 	"damselfly/fusemount"
 	"damselfly/peer/daemon"
-	"damselfly/scheduler/server"
 )
 
 func TestLoadMountSample(t *testing.T) {
@@ -79,7 +79,7 @@ func TestLoadNamesMovedKeys(t *testing.T) {
 			"key scheduler.labels.zone was renamed: it is labels.zone now",
 			"key cache.high_watermark is advanced.cache.high_watermark now",
 		}},
-		{"scheduler", "state:\n  peer_ttl: 5s\nadmin:\n  allow_non_loopback: true\nexpire_interval: 1s\n", server.Default("/d"), []string{
+		{"scheduler", "state:\n  peer_ttl: 5s\nadmin:\n  allow_non_loopback: true\nexpire_interval: 1s\n", schedd.Default("/d"), []string{
 			"key state.peer_ttl is advanced.state.peer_ttl now",
 			"key admin.allow_non_loopback was renamed: it is admin.allow_remote now",
 			"key expire_interval is advanced.expire_interval now",
@@ -98,7 +98,7 @@ func TestLoadNamesMovedKeys(t *testing.T) {
 			switch def := tt.def.(type) {
 			case daemon.Config:
 				_, err = Load(p, tt.command, def)
-			case server.Config:
+			case schedd.Config:
 				_, err = Load(p, tt.command, def)
 			case fusemount.Config:
 				_, err = Load(p, tt.command, def)
@@ -192,9 +192,9 @@ func TestPrintLoadsBack(t *testing.T) {
 	b, _ := os.ReadFile(p)
 	check(t, "peer", pd, got, string(b))
 
-	sd := server.Default("/d")
+	sd := schedd.Default("/d")
 	p = print(t, "scheduler", sd)
-	sgot, err := Load(p, "scheduler", server.Default("/other"))
+	sgot, err := Load(p, "scheduler", schedd.Default("/other"))
 	if err != nil {
 		t.Fatal(err)
 	}

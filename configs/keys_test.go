@@ -1,6 +1,7 @@
 package configs
 
 import (
+	schedd "damselfly/scheduler/daemon"
 	"reflect"
 	"strings"
 	"testing"
@@ -9,7 +10,6 @@ import (
 
 	"damselfly/fusemount"
 	"damselfly/peer/daemon"
-	"damselfly/scheduler/server"
 )
 
 // Every key of each daemon is documented in its shipped sample, where
@@ -22,7 +22,7 @@ func TestSamplesNameEveryKey(t *testing.T) {
 		typ  reflect.Type
 	}{
 		{"peer.yaml", reflect.TypeOf(daemon.Config{})},
-		{"scheduler.yaml", reflect.TypeOf(server.Config{})},
+		{"scheduler.yaml", reflect.TypeOf(schedd.Config{})},
 		{"mount.yaml", reflect.TypeOf(fusemount.Config{})},
 	} {
 		v := viper.New()

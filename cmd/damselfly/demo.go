@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	schedd "damselfly/scheduler/daemon"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +27,6 @@ import (
 	"damselfly/rafs/image"
 	"damselfly/rafs/sample"
 	"damselfly/rafs/transport"
-	"damselfly/scheduler/server"
 )
 
 func newDemo(g *globals) *cobra.Command {
@@ -320,14 +320,14 @@ type demoScheduler struct {
 }
 
 func startDemoScheduler(ctx context.Context, dir, key string, log *slog.Logger) (*demoScheduler, error) {
-	cfg := server.Default(dir)
+	cfg := schedd.Default(dir)
 	cfg.Host.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
 	cfg.Host.ClusterKeyFile = key
 	cfg.Admin.Listen = "127.0.0.1:0"
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	s, err := server.New(cfg, log.With("daemon", "scheduler"))
+	s, err := schedd.New(cfg, log.With("daemon", "scheduler"))
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"context"
+	schedd "damselfly/scheduler/daemon"
 	"fmt"
 	"io"
 	"log"
@@ -112,12 +113,12 @@ func pushPreheatTestImage(t *testing.T, g *gatedRegistry) string {
 // and waits until the peers are members.
 func startPreheatNodes(t *testing.T, n int) (*server.Server, []*daemon.Daemon) {
 	t.Helper()
-	cfg := server.Default(t.TempDir())
+	cfg := schedd.Default(t.TempDir())
 	cfg.Host.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
 	cfg.Host.InsecureOpenCluster = true
 	cfg.Host.ClusterKeyFile = ""
 	cfg.Admin.Listen = "127.0.0.1:0"
-	s, err := server.New(cfg, nil)
+	s, err := schedd.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

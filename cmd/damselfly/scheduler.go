@@ -1,6 +1,7 @@
 package main
 
 import (
+	schedd "damselfly/scheduler/daemon"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,7 +13,6 @@ import (
 
 	"damselfly/configs"
 	"damselfly/peer/host"
-	"damselfly/scheduler/server"
 )
 
 func init() { daemonCommands = append(daemonCommands, newScheduler) }
@@ -42,7 +42,7 @@ cluster key at the default path is created; copy it to every peer.`,
 	cmd.Flags().StringVar(&dir, "dir", defaultSchedulerDir, "state directory: identity and cluster key")
 	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective configuration and exit")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		cfg, err := configs.Load(g.configFile, "scheduler", server.Default(dir))
+		cfg, err := configs.Load(g.configFile, "scheduler", schedd.Default(dir))
 		if err != nil {
 			return err
 		}
@@ -59,7 +59,7 @@ cluster key at the default path is created; copy it to every peer.`,
 		if err := prepareSchedulerDir(dir, cfg, log); err != nil {
 			return err
 		}
-		s, err := server.New(cfg, log)
+		s, err := schedd.New(cfg, log)
 		if err != nil {
 			return err
 		}
@@ -76,7 +76,7 @@ cluster key at the default path is created; copy it to every peer.`,
 // prepareSchedulerDir creates the state directory (0700) when a key file
 // lives in it, or makes an existing one 0700 if others may read it,
 // saying so; and a new cluster key at the default path if there is none.
-func prepareSchedulerDir(dir string, cfg server.Config, log *slog.Logger) error {
+func prepareSchedulerDir(dir string, cfg schedd.Config, log *slog.Logger) error {
 	inDir := func(p string) bool { return p != "" && filepath.Dir(p) == filepath.Clean(dir) }
 	if inDir(cfg.Host.IdentityFile) || inDir(cfg.Host.ClusterKeyFile) {
 		if err := host.PrepareStateDir(dir, log); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	schedd "damselfly/scheduler/daemon"
 	"io"
 	"net/http"
 	"os"
@@ -15,7 +16,6 @@ import (
 	"time"
 
 	"damselfly/configs"
-	"damselfly/scheduler/server"
 )
 
 // TestSchedulerCommand starts `damselfly scheduler` as a user would,
@@ -110,7 +110,7 @@ func TestSchedulerCommand(t *testing.T) {
 // be known, and the values must be the defaults and validate.
 func TestSchedulerSampleConfig(t *testing.T) {
 	t.Parallel()
-	def := server.Default(defaultSchedulerDir)
+	def := schedd.Default(defaultSchedulerDir)
 	got, err := configs.Load(filepath.Join("..", "..", "configs", "scheduler.yaml"), "scheduler", def)
 	if err != nil {
 		t.Fatal(err)

@@ -1,13 +1,12 @@
 package main
 
 import (
+	schedd "damselfly/scheduler/daemon"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"damselfly/scheduler/server"
 )
 
 // The secrets of these tests: backend.auth is base64 of
@@ -96,7 +95,7 @@ func TestSchedulerStateDirTightened(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs strings.Builder
-	if err := prepareSchedulerDir(dir, server.Default(dir), slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+	if err := prepareSchedulerDir(dir, schedd.Default(dir), slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(dir)

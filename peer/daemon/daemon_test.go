@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	schedd "damselfly/scheduler/daemon"
 	"fmt"
 	"io"
 	"log"
@@ -31,7 +32,6 @@ import (
 	"damselfly/rafs"
 	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
-	"damselfly/scheduler/server"
 )
 
 func TestMain(m *testing.M) {
@@ -145,11 +145,11 @@ func clusterKey(t *testing.T) string {
 // multiaddr with /p2p/.
 func startScheduler(t *testing.T, key string) string {
 	t.Helper()
-	cfg := server.Default(t.TempDir())
+	cfg := schedd.Default(t.TempDir())
 	cfg.Host.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
 	cfg.Host.ClusterKeyFile = key
 	cfg.Admin.Listen = "127.0.0.1:0"
-	s, err := server.New(cfg, nil)
+	s, err := schedd.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	schedd "damselfly/scheduler/daemon"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -43,16 +44,16 @@ func startSchedulerWith(t *testing.T, edit func(*server.Config)) *testScheduler 
 
 func (ts *testScheduler) start() {
 	ts.t.Helper()
-	cfg := server.Default(ts.t.TempDir())
+	cfg := schedd.Default(ts.t.TempDir())
 	cfg.Host = dhost.Loopback(ts.identity, "")
 	cfg.Host.ListenAddrs = []string{ts.listen}
 	cfg.Admin.Listen = "127.0.0.1:0"
 	cfg.State.PeerTTL = time.Second
 	cfg.ExpireInterval = 50 * time.Millisecond
 	if ts.edit != nil {
-		ts.edit(&cfg)
+		ts.edit(&cfg.Config)
 	}
-	s, err := server.New(cfg, nil)
+	s, err := schedd.New(cfg, nil)
 	if err != nil {
 		ts.t.Fatal(err)
 	}

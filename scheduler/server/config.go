@@ -8,19 +8,17 @@ import (
 	"time"
 
 	"damselfly/configs/field"
-	"damselfly/peer/host"
 	"damselfly/scheduler"
 	"damselfly/scheduler/wire"
 )
 
-// Config configures a scheduler daemon. Keys (mapstructure tags) are the
-// ones of configs/scheduler.yaml: the host and the admin API are set by
-// operators; fields tagged config:"advanced" are tunables whose defaults
+// Config configures a scheduler server. Keys (mapstructure tags) are the
+// ones of configs/scheduler.yaml, beside the libp2p host's (host:, which
+// the daemon's assembly in cmd/damselfly reads and builds): the admin API
+// is set by operators; fields tagged config:"advanced" are tunables whose defaults
 // need no touching, read from the file's advanced: section
 // (advanced.state.peer_ttl, advanced.stream_timeout, ...).
 type Config struct {
-	// Host is the libp2p host: identity, listen addresses, cluster key.
-	Host host.Config `mapstructure:"host"`
 	// Admin is the loopback admin HTTP API.
 	Admin AdminConfig `mapstructure:"admin"`
 	// State tunes the scheduler core (see scheduler.Config).
@@ -66,8 +64,8 @@ type AdminConfig struct {
 // fifth of what one scheduler answers on two cores.
 const DefaultRequestsPerPeer = 10000
 
-// DefaultListenAddr is the scheduler's default libp2p address: not the
-// peer's (peer/host.DefaultListenAddr), so both can run on one machine.
+// DefaultListenAddr is the scheduler's default libp2p address (the host
+// config's listen_addrs): not the peer's, so both can run on one machine.
 const DefaultListenAddr = "/ip4/0.0.0.0/tcp/7945"
 
 // DefaultAdminListen is the admin API's default address.
@@ -77,13 +75,9 @@ const DefaultAdminListen = "127.0.0.1:7947"
 // two seconds of DefaultRequestsPerPeer.
 const DefaultRequestBurstPerPeer = 2 * DefaultRequestsPerPeer
 
-// Default returns the production configuration for a scheduler whose
-// state (identity, cluster key) lives in dir.
-func Default(dir string) Config {
-	hc := host.Default(dir)
-	hc.ListenAddrs = []string{DefaultListenAddr}
+// Default returns the production configuration.
+func Default() Config {
 	return Config{
-		Host:                hc,
 		Admin:               AdminConfig{Listen: DefaultAdminListen},
 		State:               scheduler.Default(),
 		ExpireInterval:      time.Second,
@@ -98,7 +92,6 @@ func Default(dir string) Config {
 // Validate reports every problem with c at once, each naming its field.
 func (c Config) Validate() error {
 	var errs []error
-	errs = append(errs, field.In("host", c.Host.Validate()))
 	if err := c.Admin.validate(); err != nil {
 		errs = append(errs, err)
 	}

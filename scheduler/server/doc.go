@@ -1,12 +1,13 @@
-// Package server is the scheduler daemon: it serves the scheduler
-// protocol (scheduler/wire, documented in scheduler/PROTOCOL.md) over a
-// libp2p host and drives the deterministic core (package scheduler) with
+// Package server is the scheduler daemon's server: it serves the
+// scheduler protocol (scheduler/wire, documented in
+// scheduler/PROTOCOL.md) over a libp2p host it is given (scheduler/daemon
+// builds the cluster's host with peer/host and passes it in) and drives the deterministic core (package scheduler) with
 // each stream's authenticated peer ID and the current time.
 //
 // The parts:
 //
 //   - config.go: Config, Default and Validate.
-//   - server.go: New and Run, which own the host, the admin listener and
+//   - server.go: New and Run, which own the host given, the admin listener and
 //     the expiry loop, and close them all when Run returns.
 //   - handler.go: the stream handler, with per-stream deadlines and
 //     bounded concurrent streams per peer, and the mapping of requests to

@@ -15,8 +15,7 @@ import (
 
 // testConfig is a scheduler on loopback with a short expiry interval.
 func testConfig(t *testing.T) Config {
-	cfg := Default(t.TempDir())
-	cfg.Host = dhost.Loopback(filepath.Join(t.TempDir(), "identity.key"), "")
+	cfg := Default()
 	cfg.Admin.Listen = "127.0.0.1:0"
 	// Long enough that peers of tests that send no heartbeats stay
 	// members on a loaded machine; TestExpiry shortens it.
@@ -25,10 +24,16 @@ func testConfig(t *testing.T) Config {
 	return cfg
 }
 
-// startServer runs a scheduler until the test ends.
+// startServer runs a scheduler on a loopback host until the test ends.
 func startServer(t *testing.T, cfg Config) *Server {
 	t.Helper()
-	s, err := New(cfg, nil)
+	ctx, cancelStart := context.WithTimeout(t.Context(), 30*time.Second)
+	h, err := dhost.New(ctx, dhost.Loopback(filepath.Join(t.TempDir(), "identity.key"), ""), nil)
+	cancelStart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, h, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 	"damselfly/scheduler"
 )
 
-// metrics are the daemon's Prometheus metrics, on a registry of its own
-// (with Go runtime, process and libp2p metrics) served at /metrics.
+// metrics are the daemon's Prometheus metrics, on the registry served at
+// /metrics (with Go runtime, process and the host's libp2p metrics).
 type metrics struct {
 	reg          *prometheus.Registry
 	requests     *prometheus.CounterVec
@@ -19,9 +19,9 @@ type metrics struct {
 	expired      prometheus.Counter
 }
 
-func newMetrics(state *scheduler.State, held func() int) *metrics {
+func newMetrics(reg *prometheus.Registry, state *scheduler.State, held func() int) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		reg: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "damselfly_scheduler_requests_total",
 			Help: "Requests served, by message type and result (ok or an error code).",

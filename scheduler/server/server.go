@@ -13,10 +13,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
 
-	"damselfly/peer/host"
 	"damselfly/scheduler"
 	"damselfly/scheduler/wire"
 )
@@ -27,7 +29,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	state   *scheduler.State
-	host    *host.Host
+	host    host.Host
 	admin   net.Listener
 	httpSrv *http.Server
 	metrics *metrics
@@ -42,31 +44,32 @@ type Server struct {
 	streams  sync.WaitGroup
 }
 
-// New validates cfg, starts the libp2p host and the admin listener, and
-// returns a Server ready to Run. Run must be called to release them.
-// log may be nil.
-func New(cfg Config, log *slog.Logger) (*Server, error) {
+// New validates cfg and starts the admin listener, and returns a Server
+// ready to Run on h, the node's libp2p host in the cluster (package
+// peer/host builds it; the daemon's assembly passes it in, so that the
+// scheduler depends on no peer package). The Server owns h: Run closes
+// it, and so does New when it fails. reg is the Prometheus registry the
+// admin API serves at /metrics, the one h's metrics went to; nil means a
+// new one. log may be nil.
+func New(cfg Config, h host.Host, reg *prometheus.Registry, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if err := cfg.Validate(); err != nil {
+		h.Close()
 		return nil, err
 	}
 	// Seeded at random so that schedulers break ties differently.
 	state, err := scheduler.New(cfg.State, rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	if err != nil {
+		h.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, state: state, perPeer: make(map[peer.ID]int), limiters: make(map[peer.ID]*rate.Limiter), watches: newWatches(), quit: make(chan struct{})}
-	s.metrics = newMetrics(state, s.HeldRoutes)
-	hc := cfg.Host
-	hc.Registerer = s.metrics.reg
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s.host, err = host.New(ctx, hc, log)
-	if err != nil {
-		return nil, fmt.Errorf("start scheduler host: %w", err)
+	if reg == nil {
+		reg = prometheus.NewRegistry()
 	}
+	s := &Server{cfg: cfg, log: log, state: state, host: h, perPeer: make(map[peer.ID]int), limiters: make(map[peer.ID]*rate.Limiter), watches: newWatches(), quit: make(chan struct{})}
+	s.metrics = newMetrics(reg, state, s.HeldRoutes)
 	s.admin, err = net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
 		s.host.Close()
@@ -92,7 +95,9 @@ func (s *Server) State() *scheduler.State { return s.state }
 
 // AddrInfo returns the scheduler's peer ID and addresses, as peers need
 // them to connect.
-func (s *Server) AddrInfo() peer.AddrInfo { return s.host.AddrInfo() }
+func (s *Server) AddrInfo() peer.AddrInfo {
+	return peer.AddrInfo{ID: s.host.ID(), Addrs: s.host.Addrs()}
+}
 
 // AdminURL returns the admin API's base URL, such as http://127.0.0.1:7947.
 func (s *Server) AdminURL() string { return "http://" + s.admin.Addr().String() }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	schedd "damselfly/scheduler/daemon"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,7 +100,7 @@ func (c *cluster) startScheduler(cfg Config, dir, key string, log *slog.Logger) 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	scfg := server.Default(dir)
+	scfg := schedd.Default(dir)
 	scfg.Host.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
 	scfg.Host.ClusterKeyFile = key
 	scfg.Admin.Listen = "127.0.0.1:0"
@@ -109,7 +110,7 @@ func (c *cluster) startScheduler(cfg Config, dir, key string, log *slog.Logger) 
 	if cfg.StarveAfter != 0 {
 		scfg.State.TreeStarveAfter = cfg.StarveAfter
 	}
-	s, err := server.New(scfg, log.With("daemon", "scheduler"))
+	s, err := schedd.New(scfg, log.With("daemon", "scheduler"))
 	if err != nil {
 		return "", err
 	}
