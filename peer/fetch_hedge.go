@@ -9,6 +9,7 @@ import (
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 
 	"damselfly/rafs"
+	"damselfly/rafs/route"
 )
 
 // A hedged request. A parent that delivers no chunk of a request for
@@ -137,7 +138,7 @@ func (n *Node) hedgeFetch(ctx context.Context, g *group, slow lpeer.ID, cs []raf
 		}
 	}
 	ords := ordinalsOf(cs)
-	route, err := n.route(ctx, g.blob, ords)
+	rt, err := n.route(ctx, g.blob, ords)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -153,14 +154,14 @@ func (n *Node) hedgeFetch(ctx context.Context, g *group, slow lpeer.ID, cs []raf
 		return asked
 	}
 	var wg sync.WaitGroup
-	for _, p := range route.Parents {
+	for _, p := range rt.Parents {
 		if p.Info.ID == n.h.ID() || len(p.Chunks) == 0 {
 			continue
 		}
 		if p.Info.ID == slow || n.skipParent(p.Info.ID) {
 			// Nothing better than the parent already asked: give the
 			// assignment back (it was slow: reported as failed).
-			n.router.Report(p.Info.ID, Outcome{Blob: g.blob})
+			n.router.Report(p.Info.ID, route.Outcome{Blob: g.blob})
 			continue
 		}
 		n.recent.learn(g.blob, p.Info, p.Chunks, time.Now())
@@ -169,8 +170,8 @@ func (n *Node) hedgeFetch(ctx context.Context, g *group, slow lpeer.ID, cs []raf
 			wg.Go(func() { n.fetchParent(ctx, g, p.Info, cs, true, false) })
 		}
 	}
-	n.strayTurns(g, route.Origin)
-	if cs := g.chunks(route.Origin); len(route.Origin) > 0 && len(cs) > 0 {
+	n.strayTurns(g, rt.Origin)
+	if cs := g.chunks(rt.Origin); len(rt.Origin) > 0 && len(cs) > 0 {
 		ask()
 		wg.Go(func() { n.fetchOrigin(ctx, g, cs, true) })
 	}

@@ -12,6 +12,7 @@ import (
 
 	"damselfly/peer/exchange"
 	"damselfly/rafs"
+	"damselfly/rafs/route"
 )
 
 // fetchParent fetches cs from parent p over the chunk exchange, in as
@@ -29,7 +30,7 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 		n.h.Peerstore().AddAddrs(p.ID, p.Addrs, peerstore.TempAddrTTL)
 	}
 	start := time.Now()
-	o := Outcome{Blob: g.blob, OK: true}
+	o := route.Outcome{Blob: g.blob, OK: true}
 	cancelled := false // by this node: nothing to report about the parent
 	// otherAlgo are chunks p holds under the same digest with the other
 	// digest algorithm: the read described them wrongly. p is not at

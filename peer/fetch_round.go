@@ -10,6 +10,7 @@ import (
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 
 	"damselfly/rafs"
+	"damselfly/rafs/route"
 )
 
 // round asks the Router where the pending chunks of g are and fetches
@@ -27,7 +28,7 @@ import (
 // after the batch's other fetches and a poll.
 func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, waited bool) {
 	ords := g.ordinals()
-	route, err := n.route(ctx, g.blob, ords)
+	rt, err := n.route(ctx, g.blob, ords)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, false
@@ -43,7 +44,7 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 	rw, holds := n.router.(RouteWaiter)
 	left, progressed := g.left(), time.Now()
 	for {
-		wait, retry, any := n.dispatch(ctx, g, route, &wg, sem)
+		wait, retry, any := n.dispatch(ctx, g, rt, &wg, sem)
 		if !any || !holds || len(wait) == 0 || len(wait) > maxRoute || ctx.Err() != nil {
 			return retry, any
 		}
@@ -58,7 +59,7 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 		hold := max(min(retry, n.cfg.MaxRetryDelay), minRetryDelay/5)
 		asked := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, n.cfg.RouteTimeout+hold)
-		route, err = rw.RouteWait(rctx, g.blob, wait, hold)
+		rt, err = rw.RouteWait(rctx, g.blob, wait, hold)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -69,7 +70,7 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 		}
 		// A router that answered "wait" at once (a short RetryAfter, or
 		// one that does not hold) is not asked again sooner than this.
-		if len(route.Parents) == 0 && len(route.Origin) == 0 {
+		if len(rt.Parents) == 0 && len(rt.Origin) == 0 {
 			if d := minRetryDelay/5 - time.Since(asked); d > 0 && !sleep(ctx, d) {
 				return 0, false
 			}
@@ -82,11 +83,11 @@ func (n *Node) round(ctx context.Context, g *group) (retryAfter time.Duration, w
 // for this node's turns. It returns the pending chunks to ask about
 // again (ascending), the shortest "ask again after" among them, and
 // whether there are any.
-func (n *Node) dispatch(ctx context.Context, g *group, route Route, wg *sync.WaitGroup, sem chan struct{}) (wait []uint32, retryAfter time.Duration, waited bool) {
+func (n *Node) dispatch(ctx context.Context, g *group, rt route.Route, wg *sync.WaitGroup, sem chan struct{}) (wait []uint32, retryAfter time.Duration, waited bool) {
 	now := time.Now()
 	g.tr.answers.Add(1)
 	var elsewhere []uint32
-	for _, p := range route.Parents {
+	for _, p := range rt.Parents {
 		if p.Info.ID == n.h.ID() || len(p.Chunks) == 0 {
 			continue
 		}
@@ -100,7 +101,7 @@ func (n *Node) dispatch(ctx context.Context, g *group, route Route, wg *sync.Wai
 			// answer could take until FetchDeadline, so end the
 			// assignment (and its lease) and get the chunks from recent
 			// parents or the origin now.
-			n.router.Report(p.Info.ID, Outcome{Blob: g.blob})
+			n.router.Report(p.Info.ID, route.Outcome{Blob: g.blob})
 			elsewhere = append(elsewhere, p.Chunks...)
 			continue
 		}
@@ -122,12 +123,12 @@ func (n *Node) dispatch(ctx context.Context, g *group, route Route, wg *sync.Wai
 		slices.Sort(elsewhere)
 		wg.Go(func() { n.fallback(ctx, g, elsewhere) })
 	}
-	n.strayTurns(g, route.Origin)
-	if cs := g.chunks(route.Origin); len(route.Origin) > 0 && len(cs) > 0 {
+	n.strayTurns(g, rt.Origin)
+	if cs := g.chunks(rt.Origin); len(rt.Origin) > 0 && len(cs) > 0 {
 		g.tr.turns.Add(int32(len(cs)))
 		wg.Go(func() { n.fetchOrigin(ctx, g, cs, true) })
 	}
-	for _, w := range route.Wait {
+	for _, w := range rt.Wait {
 		retryAfter, waited = minWait(retryAfter, waited, w.RetryAfter)
 		wait = append(wait, w.Chunks...)
 	}
@@ -157,8 +158,8 @@ func minWait(cur time.Duration, set bool, d time.Duration) (time.Duration, bool)
 
 // route asks the Router about ords, in queries of at most maxRoute
 // ordinals, each bounded by RouteTimeout. Any failure fails the whole.
-func (n *Node) route(ctx context.Context, blob rafs.Digest, ords []uint32) (Route, error) {
-	var all Route
+func (n *Node) route(ctx context.Context, blob rafs.Digest, ords []uint32) (route.Route, error) {
+	var all route.Route
 	for len(ords) > 0 {
 		part := ords[:min(len(ords), maxRoute)]
 		ords = ords[len(part):]
@@ -166,10 +167,10 @@ func (n *Node) route(ctx context.Context, blob rafs.Digest, ords []uint32) (Rout
 		r, err := n.router.Route(rctx, blob, part)
 		cancel()
 		if err != nil {
-			if !errors.Is(err, ErrNoRoute) {
+			if !errors.Is(err, route.ErrNoRoute) {
 				n.log.Warn("router failed", "blob", blob, "err", err)
 			}
-			return Route{}, err
+			return route.Route{}, err
 		}
 		all.Parents = append(all.Parents, r.Parents...)
 		all.Origin = append(all.Origin, r.Origin...)

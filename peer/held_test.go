@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"damselfly/rafs"
+	"damselfly/rafs/route"
 	"damselfly/scheduler"
 )
 
@@ -49,7 +50,7 @@ func (r heldRouter) Announce(blob rafs.Digest, chunks []uint32) {
 	r.news.signal()
 }
 
-func (r heldRouter) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (Route, error) {
+func (r heldRouter) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (route.Route, error) {
 	news := r.news.next() // before routing: an announcement in between counts
 	rt, err := r.Route(ctx, blob, chunks)
 	if err != nil || len(rt.Parents) > 0 || len(rt.Origin) > 0 {
@@ -61,7 +62,7 @@ func (r heldRouter) RouteWait(ctx context.Context, blob rafs.Digest, chunks []ui
 	case <-news:
 	case <-t.C:
 	case <-ctx.Done():
-		return Route{}, ctx.Err()
+		return route.Route{}, ctx.Err()
 	}
 	return r.Route(ctx, blob, chunks)
 }

@@ -15,6 +15,7 @@ import (
 	"damselfly/peer/exchange"
 	"damselfly/rafs"
 	"damselfly/rafs/registry"
+	"damselfly/rafs/route"
 )
 
 // Origin reads byte ranges of blobs from the origin registry; the
@@ -232,10 +233,10 @@ func (n *Node) avoidIn(m map[lpeer.ID]time.Time, p lpeer.ID, d time.Duration) {
 // noRouter is the Router of a node without a scheduler.
 type noRouter struct{}
 
-func (noRouter) Route(context.Context, rafs.Digest, []uint32) (Route, error) {
-	return Route{}, fmt.Errorf("no scheduler configured: %w", ErrNoRoute)
+func (noRouter) Route(context.Context, rafs.Digest, []uint32) (route.Route, error) {
+	return route.Route{}, fmt.Errorf("no scheduler configured: %w", route.ErrNoRoute)
 }
 func (noRouter) Announce(rafs.Digest, []uint32) {}
 func (noRouter) Drop(rafs.Digest, []uint32)     {}
 func (noRouter) Abandon(rafs.Digest, []uint32)  {}
-func (noRouter) Report(lpeer.ID, Outcome)       {}
+func (noRouter) Report(lpeer.ID, route.Outcome) {}

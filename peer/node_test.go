@@ -15,6 +15,7 @@ import (
 	"damselfly/peer/cache"
 	"damselfly/rafs"
 	"damselfly/rafs/chunkapi"
+	"damselfly/rafs/route"
 )
 
 func TestPeerServesWhatAnotherRead(t *testing.T) {
@@ -270,7 +271,7 @@ func TestBadPeerReportedAndAvoided(t *testing.T) {
 // naming the peer the reports were about.
 type deafRouter struct{ *router }
 
-func (r deafRouter) Report(_ lpeer.ID, o Outcome) {
+func (r deafRouter) Report(_ lpeer.ID, o route.Outcome) {
 	r.mu.Lock()
 	r.reports = append(r.reports, o)
 	r.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"damselfly/rafs"
 	"damselfly/rafs/piece"
 	"damselfly/rafs/registry"
+	"damselfly/rafs/route"
 )
 
 // Plain (non-RAFS) blobs pulled through the mirror travel between peers
@@ -252,19 +253,19 @@ func (n *Node) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Digest
 	var cands []lpeer.AddrInfo
 	assigned := false
 	key := n.plain.key(blob)
-	route, err := n.route(ctx, key, []uint32{0})
+	rt, err := n.route(ctx, key, []uint32{0})
 	switch {
 	case err != nil:
 		cands = n.recent.parents(key, []uint32{0}, maxTableSources, time.Now(), func(id lpeer.ID) bool {
 			return id == n.h.ID() || n.avoided(id)
 		})
-	case len(route.Origin) > 0:
+	case len(rt.Origin) > 0:
 		n.plain.setTurn(blob)
 		return nil, false
 	default:
 		assigned = true
 		now := time.Now()
-		for _, p := range route.Parents {
+		for _, p := range rt.Parents {
 			if p.Info.ID == n.h.ID() || len(p.Chunks) == 0 {
 				continue
 			}
@@ -308,7 +309,7 @@ func (n *Node) SettleTable(blob rafs.Digest, t *piece.Table, matched bool) {
 	if matched {
 		n.plain.keep(t)
 		if fromPeer && src.assigned {
-			n.router.Report(src.peer, Outcome{Blob: plainKey(blob), OK: true, Duration: time.Since(src.at)})
+			n.router.Report(src.peer, route.Outcome{Blob: plainKey(blob), OK: true, Duration: time.Since(src.at)})
 		}
 		return
 	}
@@ -322,7 +323,7 @@ func (n *Node) SettleTable(blob rafs.Digest, t *piece.Table, matched bool) {
 	n.m.badPeer()
 	n.log.Warn("peer's piece table does not give its blob; avoiding it", "peer", src.peer, "blob", blob)
 	if src.assigned {
-		n.router.Report(src.peer, Outcome{Blob: plainKey(blob), BadBytes: true, BadChunk: 0, Duration: time.Since(src.at)})
+		n.router.Report(src.peer, route.Outcome{Blob: plainKey(blob), BadBytes: true, BadChunk: 0, Duration: time.Since(src.at)})
 	}
 }
 

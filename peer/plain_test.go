@@ -29,6 +29,7 @@ import (
 	"damselfly/rafs"
 	"damselfly/rafs/piece"
 	"damselfly/rafs/registry"
+	"damselfly/rafs/route"
 	"damselfly/scheduler"
 )
 
@@ -343,7 +344,7 @@ func lyingTable(t *testing.T, size int) {
 	}
 }
 
-func hasBadReport(rs []Outcome, blob rafs.Digest) bool {
+func hasBadReport(rs []route.Outcome, blob rafs.Digest) bool {
 	for _, o := range rs {
 		if o.Blob == blob && o.BadBytes {
 			return true

@@ -2,12 +2,12 @@ package peer
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 
 	"damselfly/rafs"
+	"damselfly/rafs/route"
 )
 
 // Router is how a peer learns where the chunks it misses are and tells
@@ -23,11 +23,11 @@ import (
 type Router interface {
 	// Route answers where to get chunks of blob. Every chunk asked for
 	// is in exactly one of the answer's Parents[i].Chunks, Origin or
-	// Wait[i].Chunks. It fails with an error wrapping ErrNoRoute when no
+	// Wait[i].Chunks. It fails with an error wrapping route.ErrNoRoute when no
 	// scheduler answers in time; the caller then uses parents it learnt
 	// recently and goes to origin for the rest. It blocks at most until
 	// ctx is done.
-	Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (Route, error)
+	Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (route.Route, error)
 	// Announce says this peer now holds chunks of blob: verified and in
 	// the node cache, ready to serve.
 	Announce(blob rafs.Digest, chunks []uint32)
@@ -37,7 +37,7 @@ type Router interface {
 	// origin (the fetch failed), so that another peer gets the turn.
 	Abandon(blob rafs.Digest, chunks []uint32)
 	// Report tells how fetching an assignment from parent went.
-	Report(parent lpeer.ID, o Outcome)
+	Report(parent lpeer.ID, o route.Outcome)
 }
 
 // RouteWaiter is a Router that can hold a route. RouteWait is Route,
@@ -47,46 +47,5 @@ type Router interface {
 // Router without it is polled: the node waits out the answer's
 // RetryAfter and routes again.
 type RouteWaiter interface {
-	RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (Route, error)
-}
-
-// ErrNoRoute is wrapped by Route's error when no scheduler could answer.
-var ErrNoRoute = errors.New("peer: no scheduler answered")
-
-// Route is a Router's answer.
-type Route struct {
-	// Parents hold the chunks, best first; their chunk sets are disjoint.
-	Parents []Parent
-	// Origin chunks are this peer's turn to fetch from the origin
-	// registry; it then Announces them, or Abandons them on failure.
-	Origin []uint32
-	// Wait chunks are being fetched by other peers: ask again after
-	// RetryAfter.
-	Wait []Wait
-}
-
-// Parent is a peer to fetch chunks from.
-type Parent struct {
-	Info   lpeer.AddrInfo
-	Chunks []uint32
-}
-
-// Wait is a group of chunks to ask about again later.
-type Wait struct {
-	Chunks     []uint32
-	RetryAfter time.Duration
-}
-
-// Outcome is a requester's account of fetching an assignment from a
-// parent.
-type Outcome struct {
-	Blob     rafs.Digest
-	Bytes    int64         // stored bytes received and verified
-	Duration time.Duration // from request to last byte
-	OK       bool          // every assigned chunk arrived and verified
-	// BadBytes: chunk BadChunk (an ordinal) failed verification.
-	BadBytes bool
-	BadChunk uint32
-	// Missing are chunks the parent answered it does not hold.
-	Missing []uint32
+	RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (route.Route, error)
 }

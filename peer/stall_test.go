@@ -9,6 +9,7 @@ import (
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	"damselfly/rafs"
+	"damselfly/rafs/route"
 	"damselfly/scheduler"
 )
 
@@ -47,7 +48,7 @@ func newStallingNode(t *testing.T, key string, st *scheduler.State, at rafs.Dige
 	return n, ss
 }
 
-func reportsAbout(rs []Outcome) (ok, failed, missing int) {
+func reportsAbout(rs []route.Outcome) (ok, failed, missing int) {
 	for _, r := range rs {
 		switch {
 		case r.OK:

@@ -29,6 +29,13 @@ var (
 	_ proxy.BlobSource       = (*peer.Node)(nil)
 )
 
+// The scheduler client is the node's Router; neither package imports the
+// other (their shared types are rafs/route).
+var (
+	_ peer.Router      = (*client.Client)(nil)
+	_ peer.RouteWaiter = (*client.Client)(nil)
+)
+
 // setupTimeout bounds starting the libp2p host.
 const setupTimeout = 30 * time.Second
 

@@ -1,5 +1,6 @@
 // Package client is the peer side of the scheduler protocol: it implements
-// peer.Router over one or more scheduler daemons.
+// the fetch engine's Router (peer/fetch), in the route types of
+// rafs/route, over one or more scheduler daemons.
 //
 // Membership goes to every scheduler: the client registers with each and
 // heartbeats each. A blob's state lives on one scheduler, the one
