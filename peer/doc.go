@@ -54,10 +54,6 @@
 //     recording of a blob streaming from the origin; plain_store.go keeps
 //     the checked tables on disk across restarts.
 //   - metrics.go: Prometheus counters and Stats, by source.
-//   - preheat*.go: Preheater, which answers a scheduler's preheat stream
-//     (scheduler/preheatwire): opens the image through the registry,
-//     lists its chunks (all, or the prefetch table's) and reads them
-//     through the Node, reporting progress until done or cancelled.
 //
 // A chunk's identity is its digest and its digest algorithm
 // (rafs.ChunkBlake3) everywhere: node cache entries (cache.Key),
@@ -68,6 +64,9 @@
 // Every chunk is verified against its digest before it is cached, handed
 // to a reader or announced, and announced only once it is in the node
 // cache. Subpackages: host (the libp2p host), exchange (the chunk and
-// piece table protocols), piece (piece tables), cache (the node cache),
-// daemon (the assembled peer daemon).
+// piece table protocols), cache (the node cache), preheat (the preheat
+// worker, which reads an image's chunks through the Node for the
+// scheduler client's preheat streams), daemon (the assembled peer
+// daemon). Piece tables are rafs/piece; the Router's answer types are
+// rafs/route.
 package peer

@@ -11,6 +11,7 @@ import (
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
+	"damselfly/peer/preheat"
 	"damselfly/proxy"
 	"damselfly/rafs"
 	"damselfly/rafs/registry"
@@ -46,7 +47,7 @@ type Config struct {
 	// scheduler.labels entries win over them.
 	Labels map[string]string `mapstructure:"labels"`
 	// MaxBootstrapBytes is the largest bootstrap a preheated image's
-	// bootstrap layer may inflate to (peer.PreheatConfig.MaxBootstrapSize).
+	// bootstrap layer may inflate to (preheat.Config.MaxBootstrapSize).
 	MaxBootstrapBytes int64 `mapstructure:"max_bootstrap_bytes"`
 }
 
@@ -234,7 +235,7 @@ func (c Config) Validate() error {
 	if s, ok := c.scheduler(); ok {
 		add("scheduler", s.Validate())
 	}
-	if err := peer.ValidMaxBootstrapSize(c.MaxBootstrapBytes); err != nil {
+	if err := preheat.ValidMaxBootstrapSize(c.MaxBootstrapBytes); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

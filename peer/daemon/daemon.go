@@ -17,6 +17,7 @@ import (
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
+	"damselfly/peer/preheat"
 	"damselfly/proxy"
 	"damselfly/rafs/registry"
 	"damselfly/scheduler"
@@ -49,7 +50,7 @@ type Daemon struct {
 	sched *client.Client // nil without schedulers
 	up    *registry.Client
 	node  *peer.Node
-	heat  *peer.Preheater
+	heat  *client.PreheatServer
 	proxy *proxy.Server
 
 	closers []func() error // in the order of making; called in reverse
@@ -129,7 +130,11 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	d.exch.SetMissHook(d.node.Missed)
 	d.exch.SetPartOfHook(d.node.PartOf)
 	d.onClose(func() error { d.exch.SetMissHook(nil); d.exch.SetPartOfHook(nil); return nil })
-	if d.heat, err = peer.NewPreheater(d.node, cfg.preheat(), log.With("part", "preheat")); err != nil {
+	work, err := preheat.New(d.node, cfg.preheat(), log.With("part", "preheat"))
+	if err != nil {
+		return nil, fmt.Errorf("preheat: %w", err)
+	}
+	if d.heat, err = client.NewPreheatServer(d.host, cfg.preheatStreams(), work, log.With("part", "preheat")); err != nil {
 		return nil, fmt.Errorf("preheat: %w", err)
 	}
 	d.onClose(d.heat.Close)
@@ -186,14 +191,20 @@ func (d *Daemon) Node() *peer.Node { return d.node }
 func (d *Daemon) CacheStats() cache.Stats { return d.cache.Stats() }
 
 // Preheater serves the schedulers' preheat requests (for tests).
-func (d *Daemon) Preheater() *peer.Preheater { return d.heat }
+func (d *Daemon) Preheater() *client.PreheatServer { return d.heat }
 
-// preheat is the Preheater's configuration: the schedulers this peer
-// is configured with may ask, through the upstream's registries and
-// credentials.
-func (c Config) preheat() peer.PreheatConfig {
-	p := peer.DefaultPreheat()
+// preheatStreams is who may ask for preheats: the schedulers this peer
+// is configured with.
+func (c Config) preheatStreams() client.PreheatConfig {
+	p := client.DefaultPreheat()
 	p.Schedulers = c.Scheduler.Schedulers
+	return p
+}
+
+// preheat is how preheats read images: through the upstream's
+// registries and credentials.
+func (c Config) preheat() preheat.Config {
+	p := preheat.Default()
 	p.PlainHTTP = c.Upstream.PlainHTTP
 	p.DockerConfigFile = c.Upstream.DockerConfigFile
 	p.MaxBootstrapSize = c.MaxBootstrapBytes

@@ -23,4 +23,9 @@
 //     when the owner changed.
 //   - route.go: Route, which asks the owner and falls back by Pick order.
 //   - call.go: one request/response stream.
+//   - preheat.go, preheat_config.go: PreheatServer, the peer's side of
+//     the preheat protocol (scheduler/preheatwire): it admits streams
+//     from the configured schedulers, reads the request, has the peer's
+//     Preheater (peer/preheat) do the work and sends progress and the
+//     result. The worker imports nothing of the scheduler's.
 package client

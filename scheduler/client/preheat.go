@@ -1,4 +1,4 @@
-package peer
+package client
 
 import (
 	"context"
@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
-	lpeer "github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"damselfly/scheduler/preheatwire"
 )
@@ -22,18 +24,32 @@ const (
 	preheatLingerTimeout  = 10 * time.Second // waiting for the scheduler to close after the result
 )
 
-// Preheater serves the preheat protocol (scheduler/preheatwire): a
-// scheduler this peer is configured with asks it to fetch an image's
-// chunks into the node cache through the Node (cache, peers, origin), and
-// is sent progress until the result. The scheduler closing or resetting
-// its side of the stream cancels the work.
-type Preheater struct {
-	node    *Node
+// Preheater does the work of a preheat: it fetches the chunks of image
+// into the node cache (every chunk, or with prefetchOnly those of the
+// files its prefetch table names). It calls total with the chunks and
+// stored bytes it is to fetch, in one or more parts, and done with the
+// stored bytes of each chunk that is in; both are safe for concurrent
+// use and do not block. It returns nil when every chunk is in, an error
+// saying why when one failed, and when ctx is done. The peer's preheat
+// worker (peer/preheat) implements it; the stream, its framing and its
+// progress reports are this package's.
+type Preheater interface {
+	Preheat(ctx context.Context, image string, prefetchOnly bool, total func(chunks, bytes uint64), done func(bytes uint64)) error
+}
+
+// PreheatServer serves the preheat protocol (scheduler/preheatwire) on a
+// peer: a scheduler the peer is configured with asks it to fetch an
+// image's chunks into the node cache, and is sent progress until the
+// result. The scheduler closing or resetting its side of the stream
+// cancels the work.
+type PreheatServer struct {
+	h       host.Host
+	work    Preheater
 	cfg     PreheatConfig
-	allowed map[lpeer.ID]bool
+	allowed map[peer.ID]bool
 	log     *slog.Logger
 
-	life context.Context // done when the Preheater is closed
+	life context.Context // done when the server is closed
 	stop context.CancelFunc
 
 	mu      sync.Mutex
@@ -42,29 +58,29 @@ type Preheater struct {
 	wg      sync.WaitGroup // stream handlers
 }
 
-// NewPreheater returns a Preheater that fetches through n and registers
-// its stream handler on n's host. Close unregisters it and ends the
-// preheats in progress. log may be nil.
-func NewPreheater(n *Node, cfg PreheatConfig, log *slog.Logger) (*Preheater, error) {
+// NewPreheatServer returns a PreheatServer that has work do the preheats
+// and registers its stream handler on h. Close unregisters it and ends
+// the preheats in progress. log may be nil.
+func NewPreheatServer(h host.Host, cfg PreheatConfig, work Preheater, log *slog.Logger) (*PreheatServer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("preheat config: %w", err)
 	}
-	if n == nil {
-		return nil, errors.New("preheat: node is required")
+	if h == nil || work == nil {
+		return nil, errors.New("preheat: host and worker are required")
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ids, _ := cfg.schedulerIDs() // Validate parsed them
 	life, stop := context.WithCancel(context.Background())
-	p := &Preheater{node: n, cfg: cfg, allowed: ids, log: log, life: life, stop: stop}
-	n.h.SetStreamHandler(preheatwire.ProtocolID, p.handle)
+	p := &PreheatServer{h: h, work: work, cfg: cfg, allowed: ids, log: log, life: life, stop: stop}
+	h.SetStreamHandler(preheatwire.ProtocolID, p.handle)
 	return p, nil
 }
 
 // Running returns how many preheats are in progress. Safe for concurrent
 // use.
-func (p *Preheater) Running() int {
+func (p *PreheatServer) Running() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.running
@@ -72,8 +88,8 @@ func (p *Preheater) Running() int {
 
 // Close stops taking preheat streams, cancels those in progress and waits
 // for them to end. It is idempotent.
-func (p *Preheater) Close() error {
-	p.node.h.RemoveStreamHandler(preheatwire.ProtocolID)
+func (p *PreheatServer) Close() error {
+	p.h.RemoveStreamHandler(preheatwire.ProtocolID)
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
@@ -82,9 +98,9 @@ func (p *Preheater) Close() error {
 	return nil
 }
 
-// admit counts a stream in; it fails when the Preheater is closed or at
+// admit counts a stream in; it fails when the server is closed or at
 // MaxJobs.
-func (p *Preheater) admit() (ok, closed bool) {
+func (p *PreheatServer) admit() (ok, closed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -98,7 +114,7 @@ func (p *Preheater) admit() (ok, closed bool) {
 	return true, false
 }
 
-func (p *Preheater) release() {
+func (p *PreheatServer) release() {
 	p.mu.Lock()
 	p.running--
 	p.mu.Unlock()
@@ -106,11 +122,11 @@ func (p *Preheater) release() {
 }
 
 // handle serves one preheat stream.
-func (p *Preheater) handle(st network.Stream) {
+func (p *PreheatServer) handle(st network.Stream) {
 	from := st.Conn().RemotePeer()
 	if !p.allowed[from] {
 		p.log.Warn("preheat refused: not a scheduler of this peer", "peer", from)
-		p.refuse(st, "not a scheduler of this peer")
+		refuse(st, "not a scheduler of this peer")
 		return
 	}
 	ok, closed := p.admit()
@@ -119,7 +135,7 @@ func (p *Preheater) handle(st network.Stream) {
 		return
 	}
 	if !ok {
-		p.refuse(st, fmt.Sprintf("busy: %d preheats running", p.cfg.MaxJobs))
+		refuse(st, fmt.Sprintf("busy: %d preheats running", p.cfg.MaxJobs))
 		return
 	}
 	defer p.release()
@@ -128,7 +144,7 @@ func (p *Preheater) handle(st network.Stream) {
 	m, err := preheatwire.ReadFrame(st)
 	if err != nil {
 		if errors.Is(err, preheatwire.ErrMalformed) {
-			p.refuse(st, err.Error())
+			refuse(st, err.Error())
 			return
 		}
 		_ = st.Reset()
@@ -136,7 +152,7 @@ func (p *Preheater) handle(st network.Stream) {
 	}
 	req, isReq := m.(*preheatwire.Request)
 	if !isReq {
-		p.refuse(st, fmt.Sprintf("got a %s frame, want a request", m.Type()))
+		refuse(st, fmt.Sprintf("got a %s frame, want a request", m.Type()))
 		return
 	}
 	_ = st.SetReadDeadline(time.Time{})
@@ -145,7 +161,7 @@ func (p *Preheater) handle(st network.Stream) {
 
 // serve runs one preheat: a watcher cancels it when the scheduler closes
 // or resets its side, a ticker sends progress, and the result goes last.
-func (p *Preheater) serve(st network.Stream, req *preheatwire.Request) {
+func (p *PreheatServer) serve(st network.Stream, req *preheatwire.Request) {
 	ctx, cancel := context.WithCancel(p.life)
 	defer cancel()
 	log := p.log.With("image", req.Image, "prefetch_only", req.PrefetchOnly, "scheduler", st.Conn().RemotePeer())
@@ -185,7 +201,10 @@ func (p *Preheater) serve(st network.Stream, req *preheatwire.Request) {
 		}
 	})
 
-	err := p.preheat(ctx, req, &c)
+	err := p.work.Preheat(ctx, req.Image, req.PrefetchOnly, c.total, c.done)
+	if err == nil {
+		err = ctx.Err()
+	}
 	close(tick)
 	res := &preheatwire.Result{Counts: c.snapshot(), OK: err == nil}
 	if err != nil {
@@ -215,11 +234,36 @@ func (p *Preheater) serve(st network.Stream, req *preheatwire.Request) {
 }
 
 // refuse answers a stream with a failed result and closes it.
-func (p *Preheater) refuse(st network.Stream, msg string) {
+func refuse(st network.Stream, msg string) {
 	_ = st.SetWriteDeadline(time.Now().Add(preheatWriteTimeout))
 	if err := preheatwire.WriteFrame(st, &preheatwire.Result{Message: msg}); err != nil {
 		_ = st.Reset()
 		return
 	}
 	_ = st.Close()
+}
+
+// preheatCounts are a preheat's counters, read by the progress writer
+// while the worker adds to them.
+type preheatCounts struct {
+	chunksDone, chunksTotal atomic.Uint64
+	bytesDone, bytesTotal   atomic.Uint64
+}
+
+func (c *preheatCounts) total(chunks, bytes uint64) {
+	c.chunksTotal.Add(chunks)
+	c.bytesTotal.Add(bytes)
+}
+
+func (c *preheatCounts) done(bytes uint64) {
+	c.chunksDone.Add(1)
+	c.bytesDone.Add(bytes)
+}
+
+func (c *preheatCounts) snapshot() preheatwire.Counts {
+	// Totals are loaded last so that done never passes them.
+	out := preheatwire.Counts{ChunksDone: c.chunksDone.Load(), BytesDone: c.bytesDone.Load()}
+	out.ChunksTotal = max(c.chunksTotal.Load(), out.ChunksDone)
+	out.BytesTotal = max(c.bytesTotal.Load(), out.BytesDone)
+	return out
 }

@@ -1,4 +1,4 @@
-package peer
+package preheat
 
 import (
 	"errors"
@@ -48,14 +48,14 @@ func pushBombs(t *testing.T) string {
 // allocations.
 func TestPreheatRefusesBootstrapBombs(t *testing.T) {
 	host := pushBombs(t)
-	p := &Preheater{cfg: DefaultPreheat()}
+	p := &Worker{cfg: Default()}
 	for _, b := range rafstest.Bombs() {
 		t.Run(b.Name, func(t *testing.T) {
 			var m runtime.MemStats
 			runtime.ReadMemStats(&m)
 			before := m.TotalAlloc
 			start := time.Now()
-			img, _, err := p.openPreheat(t.Context(), "docker://"+host+"/bombs:"+b.Name, nil)
+			img, _, err := p.open(t.Context(), "docker://"+host+"/bombs:"+b.Name, nil)
 			took := time.Since(start)
 			runtime.ReadMemStats(&m)
 			grew := m.TotalAlloc - before
@@ -72,9 +72,9 @@ func TestPreheatRefusesBootstrapBombs(t *testing.T) {
 		})
 	}
 	// The configured limit is the one applied.
-	small := &Preheater{cfg: DefaultPreheat()}
+	small := &Worker{cfg: Default()}
 	small.cfg.MaxBootstrapSize = 256 << 20
-	_, _, err := small.openPreheat(t.Context(), "docker://"+host+"/bombs:declares-500m", nil)
+	_, _, err := small.open(t.Context(), "docker://"+host+"/bombs:declares-500m", nil)
 	if !errors.Is(err, rafs.ErrTooLarge) || !strings.Contains(err.Error(), "the limit is 268435456") {
 		t.Errorf("limit 256 MiB: got %v, want ErrTooLarge naming it", err)
 	}

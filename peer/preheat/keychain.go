@@ -1,4 +1,4 @@
-package peer
+package preheat
 
 import (
 	"encoding/json"

@@ -1,22 +1,18 @@
-package peer
+package preheat
 
 import (
 	"errors"
 	"fmt"
 	"time"
 
-	lpeer "github.com/libp2p/go-libp2p/core/peer"
-
 	"damselfly/rafs"
 )
 
-// PreheatConfig configures a Preheater. DefaultPreheat gives every
-// tuning field a working value; Validate checks them.
-type PreheatConfig struct {
-	// Schedulers are the multiaddrs (ending in /p2p/<peer ID>) of the
-	// schedulers this peer is configured with: only they may ask it to
-	// preheat. With none, every request is refused.
-	Schedulers []string
+// Config configures a Worker. Default gives every tuning field a working
+// value; Validate checks them. (Who may ask for a preheat, how many run
+// at once and how often progress is sent are the stream's:
+// scheduler/client.PreheatConfig.)
+type Config struct {
 	// PlainHTTP lists registry hosts spoken to over plain HTTP, as the
 	// upstream client's plain_http (loopback hosts always are).
 	PlainHTTP []string
@@ -28,11 +24,6 @@ type PreheatConfig struct {
 	BatchChunks int
 	// Parallel is how many such reads one preheat has in flight.
 	Parallel int
-	// MaxJobs bounds the preheats running at once; more are refused.
-	MaxJobs int
-	// ProgressInterval is how often a progress frame is sent; it is also
-	// how soon a scheduler that went away is noticed at the latest.
-	ProgressInterval time.Duration
 	// OpenTimeout bounds reading the image's manifest and bootstrap.
 	OpenTimeout time.Duration
 	// MaxBootstrapSize is the largest bootstrap an image's bootstrap
@@ -41,35 +32,24 @@ type PreheatConfig struct {
 	MaxBootstrapSize int64
 }
 
-// DefaultPreheat returns the default PreheatConfig, with no schedulers.
-func DefaultPreheat() PreheatConfig {
-	return PreheatConfig{
+// Default returns the default Config.
+func Default() Config {
+	return Config{
 		BatchChunks:      64,
 		Parallel:         4,
-		MaxJobs:          4,
-		ProgressInterval: 500 * time.Millisecond,
 		OpenTimeout:      time.Minute,
 		MaxBootstrapSize: rafs.DefaultMaxBootstrapSize,
 	}
 }
 
 // Validate reports every problem with c at once, each naming its field.
-func (c PreheatConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
-	if _, err := c.schedulerIDs(); err != nil {
-		errs = append(errs, err)
-	}
 	if c.BatchChunks < 1 || c.BatchChunks > 4096 {
 		errs = append(errs, fmt.Errorf("batch_chunks: %d is not in [1, 4096]", c.BatchChunks))
 	}
 	if c.Parallel < 1 || c.Parallel > 64 {
 		errs = append(errs, fmt.Errorf("parallel: %d is not in [1, 64]", c.Parallel))
-	}
-	if c.MaxJobs < 1 || c.MaxJobs > 256 {
-		errs = append(errs, fmt.Errorf("max_jobs: %d is not in [1, 256]", c.MaxJobs))
-	}
-	if c.ProgressInterval <= 0 {
-		errs = append(errs, fmt.Errorf("progress_interval: %v must be positive", c.ProgressInterval))
 	}
 	if c.OpenTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("open_timeout: %v must be positive", c.OpenTimeout))
@@ -87,17 +67,4 @@ func ValidMaxBootstrapSize(n int64) error {
 		return fmt.Errorf("max_bootstrap_bytes: %d is not in [1 MiB, 4 GiB]", n)
 	}
 	return nil
-}
-
-// schedulerIDs returns the peer IDs of c.Schedulers.
-func (c PreheatConfig) schedulerIDs() (map[lpeer.ID]bool, error) {
-	ids := make(map[lpeer.ID]bool, len(c.Schedulers))
-	for i, s := range c.Schedulers {
-		ai, err := lpeer.AddrInfoFromString(s)
-		if err != nil {
-			return nil, fmt.Errorf("schedulers[%d]: %q: want a multiaddr ending in /p2p/<peer ID>: %w", i, s, err)
-		}
-		ids[ai.ID] = true
-	}
-	return ids, nil
 }
