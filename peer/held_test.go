@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"damselfly/peer/fetch"
 	"damselfly/rafs"
 	"damselfly/rafs/route"
 	"damselfly/scheduler"
@@ -43,7 +44,7 @@ type heldRouter struct {
 	news *announcements
 }
 
-var _ RouteWaiter = heldRouter{}
+var _ fetch.RouteWaiter = heldRouter{}
 
 func (r heldRouter) Announce(blob rafs.Digest, chunks []uint32) {
 	r.router.Announce(blob, chunks)
@@ -79,7 +80,7 @@ func TestHeldRouteFetchesAtOnce(t *testing.T) {
 	key := clusterKey(t)
 	news := &announcements{}
 	held := nodeOpts{
-		router: func(r *router) Router { return heldRouter{r, news} },
+		router: func(r *router) fetch.Router { return heldRouter{r, news} },
 		// MaxRetryDelay bounds a held route's wait too: leave it long.
 		cfg: func(c *NodeConfig) { c.MaxRetryDelay = 5 * time.Second },
 	}

@@ -25,6 +25,7 @@ import (
 
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
+	"damselfly/peer/fetch"
 	dhost "damselfly/peer/host"
 	"damselfly/rafs"
 	"damselfly/rafs/registry"
@@ -211,7 +212,7 @@ type router struct {
 	reports   []route.Outcome
 }
 
-var _ Router = (*router)(nil)
+var _ fetch.Router = (*router)(nil)
 
 func newRouter(t testing.TB, st *scheduler.State, h *dhost.Host) *router {
 	t.Helper()
@@ -305,7 +306,7 @@ type node struct {
 	cache  *cache.Cache
 	srv    *exchange.Server
 	router *router
-	wrap   func(*router) Router
+	wrap   func(*router) fetch.Router
 	*Node
 	stop func() // stops Run and closes the Node
 }
@@ -322,7 +323,7 @@ type nodeOpts struct {
 	// server edits the exchange server's configuration.
 	server func(*exchange.ServerConfig)
 	// router wraps the node's test router (nil: the router itself).
-	router func(*router) Router
+	router func(*router) fetch.Router
 }
 
 func newScheduler(t testing.TB) *scheduler.State {
@@ -395,7 +396,7 @@ func (n *node) start(t testing.TB, edit func(*NodeConfig)) {
 	if edit != nil {
 		edit(&cfg)
 	}
-	var r Router = n.router
+	var r fetch.Router = n.router
 	if n.wrap != nil {
 		r = n.wrap(n.router)
 	}

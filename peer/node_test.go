@@ -13,6 +13,7 @@ import (
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 
 	"damselfly/peer/cache"
+	"damselfly/peer/fetch"
 	"damselfly/rafs"
 	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/route"
@@ -261,7 +262,7 @@ func TestBadPeerReportedAndAvoided(t *testing.T) {
 	if !found {
 		t.Errorf("reports %+v: none accuses chunk %d", reports, bad.Ordinal)
 	}
-	if !b.avoided(a.h.ID()) {
+	if !b.eng.Avoided(a.h.ID()) {
 		t.Error("B still asks A")
 	}
 }
@@ -288,7 +289,7 @@ func TestBadPeerNamedAgain(t *testing.T) {
 	st, key := newScheduler(t), clusterKey(t)
 	a := newNode(t, key, st, nodeOpts{noVerify: true})
 	b := newNode(t, key, st, nodeOpts{
-		router: func(r *router) Router { return deafRouter{r} },
+		router: func(r *router) fetch.Router { return deafRouter{r} },
 		// Longer than the reads may take: a reader that waits for the
 		// scheduler fails the test.
 		cfg: func(c *NodeConfig) { c.FetchDeadline = time.Minute },
@@ -306,7 +307,7 @@ func TestBadPeerNamedAgain(t *testing.T) {
 	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks); err != nil {
 		t.Fatalf("B: %v", err)
 	}
-	if !b.avoided(a.h.ID()) {
+	if !b.eng.Avoided(a.h.ID()) {
 		t.Fatalf("B does not avoid A; B %+v", b.Stats())
 	}
 	if got := o.bytes.Load() - before; got < storedBytes(img.chunks[k:k+1]) {
@@ -433,7 +434,7 @@ func TestReadAfterClose(t *testing.T) {
 	a := newNode(t, key, st, nodeOpts{})
 	a.stop()
 	err := readAll(testCtx(t), a.Node, o.ref(), img.blob, img.chunks[:2])
-	if !errors.Is(err, ErrClosed) {
+	if !errors.Is(err, fetch.ErrClosed) {
 		t.Fatalf("got %v, want ErrClosed", err)
 	}
 	if err := a.Close(); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
+	"damselfly/peer/fetch"
 	"damselfly/rafs"
 	"damselfly/rafs/piece"
 	"damselfly/rafs/registry"
@@ -41,11 +42,11 @@ func plainKey(blob rafs.Digest) rafs.Digest {
 
 // pieceOrigin is the node's Origin: a read of a plain key reads its blob.
 type pieceOrigin struct {
-	Origin
+	fetch.Origin
 	p *plainState
 }
 
-var _ StreamingOrigin = pieceOrigin{}
+var _ fetch.StreamingOrigin = pieceOrigin{}
 
 func (o pieceOrigin) ReadRange(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, b []byte) error {
 	if real, ok := o.p.blobOf(blob); ok {
@@ -60,7 +61,7 @@ func (o pieceOrigin) ReadRangeFunc(ctx context.Context, ref registry.Ref, blob r
 	if real, ok := o.p.blobOf(blob); ok {
 		blob = real
 	}
-	if so, ok := o.Origin.(StreamingOrigin); ok {
+	if so, ok := o.Origin.(fetch.StreamingOrigin); ok {
 		return so.ReadRangeFunc(ctx, ref, blob, off, b, progress)
 	}
 	if err := o.Origin.ReadRange(ctx, ref, blob, off, b); err != nil {
@@ -247,30 +248,29 @@ func (n *Node) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Digest
 	if t := n.plain.get(blob); t != nil {
 		return t, true
 	}
-	if !askPeers || n.life.Err() != nil {
+	if !askPeers || n.eng.Closed() {
 		return nil, false
 	}
 	var cands []lpeer.AddrInfo
 	assigned := false
 	key := n.plain.key(blob)
-	rt, err := n.route(ctx, key, []uint32{0})
+	rt, err := n.eng.Route(ctx, key, []uint32{0})
 	switch {
 	case err != nil:
-		cands = n.recent.parents(key, []uint32{0}, maxTableSources, time.Now(), func(id lpeer.ID) bool {
-			return id == n.h.ID() || n.avoided(id)
+		cands = n.eng.RecentParents(key, []uint32{0}, maxTableSources, func(id lpeer.ID) bool {
+			return id == n.h.ID() || n.eng.Avoided(id)
 		})
 	case len(rt.Origin) > 0:
 		n.plain.setTurn(blob)
 		return nil, false
 	default:
 		assigned = true
-		now := time.Now()
 		for _, p := range rt.Parents {
 			if p.Info.ID == n.h.ID() || len(p.Chunks) == 0 {
 				continue
 			}
-			n.recent.learn(key, p.Info, p.Chunks, now)
-			if !n.avoided(p.Info.ID) {
+			n.eng.Learn(key, p.Info, p.Chunks)
+			if !n.eng.Avoided(p.Info.ID) {
 				cands = append(cands, p.Info)
 			}
 		}
@@ -285,8 +285,8 @@ func (n *Node) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Digest
 		t, err := exchange.FetchTable(ctx, n.h, p.ID, blob)
 		if err != nil {
 			if errors.Is(err, exchange.ErrProtocol) {
-				n.avoidPeer(p.ID)
-				n.m.badPeer()
+				n.eng.AvoidBad(p.ID)
+				n.m.BadPeer()
 				n.log.Warn("peer sent a broken piece table; avoiding it", "peer", p.ID, "blob", blob, "err", err)
 			} else {
 				n.log.Debug("no piece table from peer", "peer", p.ID, "blob", blob, "err", err)
@@ -319,8 +319,8 @@ func (n *Node) SettleTable(blob rafs.Digest, t *piece.Table, matched bool) {
 		n.log.Error("a verified piece table read a blob that fails its digest", "blob", blob)
 		return
 	}
-	n.avoidPeer(src.peer)
-	n.m.badPeer()
+	n.eng.AvoidBad(src.peer)
+	n.m.BadPeer()
 	n.log.Warn("peer's piece table does not give its blob; avoiding it", "peer", src.peer, "blob", blob)
 	if src.assigned {
 		n.router.Report(src.peer, route.Outcome{Blob: plainKey(blob), BadBytes: true, BadChunk: 0, Duration: time.Since(src.at)})
@@ -434,6 +434,6 @@ func (r *recorder) Finish(complete bool) error {
 	}
 	n.plain.keep(t)
 	n.router.Announce(key, ords)
-	n.m.delivered(sourceOrigin, int(t.Size))
+	n.m.Delivered(fetch.SourceOrigin, int(t.Size))
 	return nil
 }

@@ -168,7 +168,7 @@ func TestStalledOnlyHolderCutOff(t *testing.T) {
 	if s.SlowPeers != 1 {
 		t.Errorf("slow-peer cutoffs %d, want 1", s.SlowPeers)
 	}
-	if !c.slowAvoided(a.h.ID()) {
+	if !c.eng.Skips(a.h.ID()) || c.eng.Avoided(a.h.ID()) { // avoided as slow, not as a liar
 		t.Error("C still asks A")
 	}
 	if got, want := o.bytes.Load()-originBefore, storedBytes(img.chunks[k:]); got != want {

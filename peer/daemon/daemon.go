@@ -16,6 +16,7 @@ import (
 	"damselfly/peer"
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
+	"damselfly/peer/fetch"
 	dhost "damselfly/peer/host"
 	"damselfly/peer/preheat"
 	"damselfly/proxy"
@@ -33,8 +34,8 @@ var (
 // The scheduler client is the node's Router; neither package imports the
 // other (their shared types are rafs/route).
 var (
-	_ peer.Router      = (*client.Client)(nil)
-	_ peer.RouteWaiter = (*client.Client)(nil)
+	_ fetch.Router      = (*client.Client)(nil)
+	_ fetch.RouteWaiter = (*client.Client)(nil)
 )
 
 // setupTimeout bounds starting the libp2p host.
@@ -102,7 +103,7 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	d.onClose(d.exch.Close)
 	d.reg.MustRegister(newExchangeCollector(d.exch))
 
-	var router peer.Router
+	var router fetch.Router
 	if scfg, ok := cfg.scheduler(); ok {
 		if d.sched, err = client.New(d.host, scfg, log.With("part", "scheduler-client")); err != nil {
 			return nil, fmt.Errorf("scheduler client: %w", err)

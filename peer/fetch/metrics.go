@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 import (
 	"sync/atomic"
@@ -8,12 +8,12 @@ import (
 
 // Sources a chunk is delivered from, as metric labels and Stats fields.
 const (
-	sourceCache  = "cache"
-	sourcePeer   = "peer"
-	sourceOrigin = "origin"
+	SourceCache  = "cache"
+	SourcePeer   = "peer"
+	SourceOrigin = "origin"
 )
 
-// Stats counts a Node's work since it started.
+// Stats counts an engine's (and its node's) work since it started.
 type Stats struct {
 	CacheBytes, PeerBytes, OriginBytes    int64 // stored bytes delivered, by source
 	CacheChunks, PeerChunks, OriginChunks int64 // chunks delivered, by source
@@ -30,9 +30,11 @@ type Stats struct {
 	StrayTurns                            int64 // origin turns given back for chunks that had come another way
 }
 
-// metrics holds a Node's counters: atomics for Stats and Prometheus
-// collectors for the daemon's /metrics.
-type metrics struct {
+// Metrics holds the counters of an engine and of the node around it
+// (holdings dropped, plain blobs recorded): atomics for Stats and
+// Prometheus collectors for the daemon's /metrics. Safe for concurrent
+// use.
+type Metrics struct {
 	bytes, chunks     [3]atomic.Int64 // by source index
 	originRequests    atomic.Int64
 	unscheduled       atomic.Int64
@@ -58,7 +60,7 @@ type metrics struct {
 	promStrayTurns    prometheus.Counter
 }
 
-var sourceNames = [3]string{sourceCache, sourcePeer, sourceOrigin}
+var sourceNames = [3]string{SourceCache, SourcePeer, SourceOrigin}
 
 func sourceIndex(s string) int {
 	for i, n := range sourceNames {
@@ -69,8 +71,9 @@ func sourceIndex(s string) int {
 	return 0
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
+// NewMetrics returns counters registered with reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
 		promBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "damselfly_peer_chunk_bytes_total",
 			Help: "Stored chunk bytes delivered to readers, by source (cache, peer, origin).",
@@ -127,7 +130,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) delivered(source string, n int) {
+// Delivered counts a chunk of n stored bytes delivered from source.
+func (m *Metrics) Delivered(source string, n int) {
 	i := sourceIndex(source)
 	m.bytes[i].Add(int64(n))
 	m.chunks[i].Add(1)
@@ -135,51 +139,54 @@ func (m *metrics) delivered(source string, n int) {
 	m.promChunks.WithLabelValues(source).Inc()
 }
 
-func (m *metrics) originRequest(n int) {
+func (m *Metrics) originRequest(n int) {
 	m.originRequests.Add(1)
 	m.originFetched.Add(int64(n))
 	m.promOriginReqs.Inc()
 	m.promOriginFetched.Add(float64(n))
 }
 
-func (m *metrics) unscheduledOrigin() {
+func (m *Metrics) unscheduledOrigin() {
 	m.unscheduled.Add(1)
 	m.promUnscheduled.Inc()
 }
 
-func (m *metrics) failure() {
+func (m *Metrics) failure() {
 	m.failures.Add(1)
 	m.promFailures.Inc()
 }
 
-func (m *metrics) badPeer() {
+// BadPeer counts a peer reported for bad bytes.
+func (m *Metrics) BadPeer() {
 	m.badPeers.Add(1)
 	m.promBadPeers.Inc()
 }
 
-func (m *metrics) hedge() {
+func (m *Metrics) hedge() {
 	m.hedges.Add(1)
 	m.promHedges.Inc()
 }
 
-func (m *metrics) slowPeer() {
+func (m *Metrics) slowPeer() {
 	m.slowPeers.Add(1)
 	m.promSlowPeers.Inc()
 }
 
-func (m *metrics) duplicate(n int) { m.duplicateBytes.Add(int64(n)) }
+func (m *Metrics) duplicate(n int) { m.duplicateBytes.Add(int64(n)) }
 
-func (m *metrics) dropped(n int) {
+// Dropped counts n held chunks found gone and dropped.
+func (m *Metrics) Dropped(n int) {
 	m.holdingsDropped.Add(int64(n))
 	m.promDropped.Add(float64(n))
 }
 
-func (m *metrics) strayTurns(n int) {
+func (m *Metrics) strayTurns(n int) {
 	m.strayTurnsGiven.Add(int64(n))
 	m.promStrayTurns.Add(float64(n))
 }
 
-func (m *metrics) stats() Stats {
+// Stats returns the counters.
+func (m *Metrics) Stats() Stats {
 	return Stats{
 		CacheBytes: m.bytes[0].Load(), PeerBytes: m.bytes[1].Load(), OriginBytes: m.bytes[2].Load(),
 		CacheChunks: m.chunks[0].Load(), PeerChunks: m.chunks[1].Load(), OriginChunks: m.chunks[2].Load(),

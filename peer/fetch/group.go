@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 import (
 	"context"
@@ -117,7 +117,7 @@ func (g *group) left() int {
 
 // fetch gets the chunks of the flights it leads and finishes every one of
 // them, with its bytes or an error, before it returns.
-func (n *Node) fetch(ctx context.Context, up registry.Ref, blob rafs.Digest, lead []*flight) {
+func (e *Engine) fetch(ctx context.Context, up registry.Ref, blob rafs.Digest, lead []*flight) {
 	all := lead
 	var keeping sync.WaitGroup
 	defer func() {
@@ -127,18 +127,18 @@ func (n *Node) fetch(ctx context.Context, up registry.Ref, blob rafs.Digest, lea
 		// (origin_timeout). The fetch of a turn's run abandons it when
 		// the run fails, but not the runs still queued when the reads
 		// went away, nor turns granted in an answer that came as they did.
-		n.abandonMissing(blob, all)
+		e.abandonMissing(blob, all)
 		// Flights still unfinished were cancelled: no read waits for them
 		// (finish ignores the others).
 		err := ctx.Err()
 		if err == nil {
 			err = errors.New("fetch ended early")
 		}
-		if n.life.Err() != nil {
+		if e.life.Err() != nil {
 			err = ErrClosed
 		}
 		for _, f := range all {
-			n.finish(f, rafs.Chunk{}, nil, err, true)
+			e.finish(f, rafs.Chunk{}, nil, err, true)
 		}
 	}()
 	defer keeping.Wait() // before the cleanup above: a flight is done only once kept
@@ -155,7 +155,7 @@ func (n *Node) fetch(ctx context.Context, up registry.Ref, blob rafs.Digest, lea
 			g.pending[f.want.Ordinal] = f
 			g.all[f.want.Ordinal] = f
 		}
-		n.fetchGroup(ctx, g)
+		e.fetchGroup(ctx, g)
 		lead = rest
 	}
 }
@@ -167,7 +167,7 @@ func (n *Node) fetch(ctx context.Context, up registry.Ref, blob rafs.Digest, lea
 // OriginTimeout if the node's announcement of the chunk went out before
 // the turn was granted. A chunk still being kept is left alone: its
 // announcement, after the grant, ends the turn.
-func (n *Node) strayTurns(g *group, origin []uint32) {
+func (e *Engine) strayTurns(g *group, origin []uint32) {
 	var stray []uint32
 	g.mu.Lock()
 	for _, o := range origin {
@@ -179,67 +179,67 @@ func (n *Node) strayTurns(g *group, origin []uint32) {
 	if len(stray) == 0 {
 		return
 	}
-	n.mu.Lock()
+	e.mu.Lock()
 	stray = slices.DeleteFunc(stray, func(o uint32) bool { return !g.all[o].kept })
-	n.mu.Unlock()
+	e.mu.Unlock()
 	if len(stray) > 0 {
-		n.m.strayTurns(len(stray))
-		n.router.Abandon(g.blob, stray)
+		e.m.strayTurns(len(stray))
+		e.router.Abandon(g.blob, stray)
 	}
 }
 
 // abandonMissing gives up this node's origin turns, if it holds any, for
 // the chunks of fs that did not arrive: unfinished or failed.
-func (n *Node) abandonMissing(blob rafs.Digest, fs []*flight) {
+func (e *Engine) abandonMissing(blob rafs.Digest, fs []*flight) {
 	var missing []uint32
-	n.mu.Lock()
+	e.mu.Lock()
 	for _, f := range fs {
 		if !f.finished || f.err != nil {
 			missing = append(missing, f.want.Ordinal)
 		}
 	}
-	n.mu.Unlock()
+	e.mu.Unlock()
 	if len(missing) > 0 {
-		n.router.Abandon(blob, missing)
+		e.router.Abandon(blob, missing)
 	}
 }
 
 // fetchGroup runs rounds until every pending chunk arrived, failed for
 // good, or went FetchDeadline without any chunk of the group arriving.
-func (n *Node) fetchGroup(ctx context.Context, g *group) {
+func (e *Engine) fetchGroup(ctx context.Context, g *group) {
 	g.tr.start, g.tr.chunks = time.Now(), g.left()
-	defer n.logSlow(g)
-	deadline := time.Now().Add(n.cfg.FetchDeadline)
+	defer e.logSlow(g)
+	deadline := time.Now().Add(e.cfg.FetchDeadline)
 	backoff := minRetryDelay
 	for g.left() > 0 && ctx.Err() == nil {
-		n.fromCache(g)
+		e.fromCache(g)
 		if g.left() == 0 {
 			return
 		}
 		g.progress = false
 		g.tr.rounds.Add(1)
-		retryAfter, waited := n.round(ctx, g)
+		retryAfter, waited := e.round(ctx, g)
 		if g.left() == 0 || ctx.Err() != nil {
 			return
 		}
 		now := time.Now()
 		if g.progress {
-			deadline = now.Add(n.cfg.FetchDeadline)
+			deadline = now.Add(e.cfg.FetchDeadline)
 			backoff = minRetryDelay
 		}
 		if !now.Before(deadline) {
-			n.failPending(g)
+			e.failPending(g)
 			return
 		}
 		var delay time.Duration
 		switch {
 		case waited:
-			delay = max(min(retryAfter, n.cfg.MaxRetryDelay), minRetryDelay/5)
+			delay = max(min(retryAfter, e.cfg.MaxRetryDelay), minRetryDelay/5)
 		case g.progress:
 			delay = 0 // go again at once for the chunks that were missing
 		default:
 			delay = backoff
-			backoff = min(2*backoff, n.cfg.MaxRetryDelay)
+			backoff = min(2*backoff, e.cfg.MaxRetryDelay)
 		}
 		delay = min(delay, time.Until(deadline))
 		if delay > 0 {
@@ -255,7 +255,7 @@ func (n *Node) fetchGroup(ctx context.Context, g *group) {
 }
 
 // failPending fails every pending chunk of g: the deadline passed.
-func (n *Node) failPending(g *group) {
+func (e *Engine) failPending(g *group) {
 	g.mu.Lock()
 	reason := g.lastErr
 	if reason == nil {
@@ -268,16 +268,16 @@ func (n *Node) failPending(g *group) {
 	}
 	g.mu.Unlock()
 	for _, f := range fs {
-		n.finish(f, rafs.Chunk{}, nil, fmt.Errorf("chunk %d of blob %s: nothing served it for %v: %w",
-			f.want.Ordinal, g.blob, n.cfg.FetchDeadline, reason), true)
+		e.finish(f, rafs.Chunk{}, nil, fmt.Errorf("chunk %d of blob %s: nothing served it for %v: %w",
+			f.want.Ordinal, g.blob, e.cfg.FetchDeadline, reason), true)
 	}
 }
 
 // failNow fails pending chunks of g at once, for a permanent error.
-func (n *Node) failNow(g *group, cs []rafs.Chunk, err error) {
+func (e *Engine) failNow(g *group, cs []rafs.Chunk, err error) {
 	for _, c := range cs {
 		if f := g.take(c.Ordinal); f != nil {
-			n.finish(f, rafs.Chunk{}, nil, err, false)
+			e.finish(f, rafs.Chunk{}, nil, err, false)
 		}
 	}
 }
@@ -291,7 +291,7 @@ func (n *Node) failNow(g *group, cs []rafs.Chunk, err error) {
 // would end it before OriginTimeout).
 // As with a fetched chunk, the announcement goes before the readers are
 // let go, so a reader that got the chunk can count on peers finding it.
-func (n *Node) fromCache(g *group) {
+func (e *Engine) fromCache(g *group) {
 	type hit struct {
 		f      *flight
 		c      rafs.Chunk
@@ -300,26 +300,26 @@ func (n *Node) fromCache(g *group) {
 	var announce []uint32
 	var hits []hit
 	for _, c := range g.chunks(nil) {
-		if k := cache.KeyOf(c); !n.cache.Has(k) || !n.hold.holdsKey(g.blob, k) {
+		if k := cache.KeyOf(c); !e.cache.Has(k) || !e.hold.PartOf(g.blob, k) {
 			continue
 		}
-		if sc, stored, ok := n.readCache(c); ok {
+		if sc, stored, ok := e.readCache(c); ok {
 			if f := g.take(c.Ordinal); f != nil {
-				n.m.delivered(sourceCache, len(stored))
+				e.m.Delivered(SourceCache, len(stored))
 				hits = append(hits, hit{f, sc, stored})
 			}
 			// Announced even if held already: the read that kept it
 			// may not have announced it yet, and this one's readers
 			// must be able to count on peers finding it.
-			n.hold.add(g.blob, c.Ordinal, cache.KeyOf(c))
+			e.hold.Hold(g.blob, c.Ordinal, cache.KeyOf(c))
 			announce = append(announce, c.Ordinal)
 		}
 	}
 	if len(announce) > 0 {
-		n.router.Announce(g.blob, announce)
+		e.router.Announce(g.blob, announce)
 	}
 	for _, h := range hits {
-		n.finish(h.f, h.c, h.stored, nil, false)
+		e.finish(h.f, h.c, h.stored, nil, false)
 	}
 }
 
@@ -331,36 +331,36 @@ func (n *Node) fromCache(g *group) {
 // records it as held and announces it, and only then makes it done, for
 // the reads that wait for that (so that a reader that got it can count on
 // other peers finding it). The fetch waits for its writes before it ends.
-func (n *Node) keep(g *group, c rafs.Chunk, stored []byte, source string) {
+func (e *Engine) keep(g *group, c rafs.Chunk, stored []byte, source string) {
 	f := g.take(c.Ordinal)
 	if f == nil {
 		// A copy that comes second (a hedged request and the one it
 		// hedged both got it): the first is being kept.
-		n.m.duplicate(len(stored))
+		e.m.duplicate(len(stored))
 		return
 	}
-	n.m.delivered(source, len(stored))
-	n.ready(f, c, stored)
-	n.writes <- struct{}{}
+	e.m.Delivered(source, len(stored))
+	e.ready(f, c, stored)
+	e.writes <- struct{}{}
 	g.keeping.Add(1)
 	go func() {
 		defer g.keeping.Done()
-		defer func() { <-n.writes }()
-		if err := n.cache.PutChunk(c, stored); err != nil {
-			n.log.Warn("caching a chunk", "chunk", c.Digest, "err", err)
+		defer func() { <-e.writes }()
+		if err := e.cache.PutChunk(c, stored); err != nil {
+			e.log.Warn("caching a chunk", "chunk", c.Digest, "err", err)
 			// Not held after all: a turn to fetch it from origin, if
 			// this node had one, goes to the next peer now rather than
 			// when it times out (the announcement would have ended it).
-			n.router.Abandon(g.blob, []uint32{c.Ordinal})
-		} else if n.hold.add(g.blob, c.Ordinal, cache.KeyOf(c)); n.cache.Has(cache.KeyOf(c)) {
-			n.router.Announce(g.blob, []uint32{c.Ordinal})
+			e.router.Abandon(g.blob, []uint32{c.Ordinal})
+		} else if e.hold.Hold(g.blob, c.Ordinal, cache.KeyOf(c)); e.cache.Has(cache.KeyOf(c)) {
+			e.router.Announce(g.blob, []uint32{c.Ordinal})
 		} else {
 			// Evicted between the write and the holding: the evict
 			// hook may have run before there was a holding to drop.
-			n.Missed(g.blob, cache.KeyOf(c))
-			n.router.Abandon(g.blob, []uint32{c.Ordinal})
+			e.hold.Missed(g.blob, cache.KeyOf(c))
+			e.router.Abandon(g.blob, []uint32{c.Ordinal})
 		}
-		n.kept(f)
+		e.kept(f)
 	}()
 }
 

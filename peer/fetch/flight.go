@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 import (
 	"context"
@@ -7,14 +7,14 @@ import (
 	"damselfly/rafs/registry"
 )
 
-// flight is one chunk being fetched, keyed in Node.flights by the chunk's
+// flight is one chunk being fetched, keyed in Engine.flights by the chunk's
 // digest and digest algorithm, the read's source and its description of
 // the chunk (flightKey), so that concurrent reads of a chunk that would
 // fetch it alike wait for one fetch. Its
 // result fields are written once, before ready is closed. A fetched chunk
 // is ready once verified and done once kept (cached, recorded and
 // announced); a failed one or a cache hit is both at once. It stays in
-// Node.flights until done, so that a read coming meanwhile joins it
+// Engine.flights until done, so that a read coming meanwhile joins it
 // rather than fetching the chunk again.
 type flight struct {
 	key   flightKey
@@ -23,8 +23,8 @@ type flight struct {
 	ready chan struct{}
 	done  chan struct{}
 
-	finished  bool // ready closed; guarded by Node.mu
-	kept      bool // done closed; guarded by Node.mu
+	finished  bool // ready closed; guarded by Engine.mu
+	kept      bool // done closed; guarded by Engine.mu
 	got       rafs.Chunk
 	stored    []byte
 	err       error
@@ -34,7 +34,7 @@ type flight struct {
 // batch is the fetch that a read started for the flights it leads. It is
 // cancelled when no read waits for any of its flights any more.
 type batch struct {
-	refs    int       // waiters over all its flights; guarded by Node.mu
+	refs    int       // waiters over all its flights; guarded by Engine.mu
 	flights []*flight // those it leads
 	cancel  context.CancelFunc
 }
@@ -43,48 +43,48 @@ type batch struct {
 // progress for their keys (the chunk's digest and algorithm, up's source,
 // blob and the chunk's description) and starting one fetch for the rest.
 // Every flight returned holds a reference that leave releases.
-func (n *Node) join(up registry.Ref, blob rafs.Digest, cs []rafs.Chunk) []*flight {
-	ctx, cancel := context.WithCancel(n.life)
+func (e *Engine) join(up registry.Ref, blob rafs.Digest, cs []rafs.Chunk) []*flight {
+	ctx, cancel := context.WithCancel(e.life)
 	b := &batch{cancel: cancel}
 	out := make([]*flight, len(cs))
 	var lead []*flight
 	src := sourceOf(up)
-	n.mu.Lock()
-	closed := n.closed
+	e.mu.Lock()
+	closed := e.closed
 	for i, c := range cs {
 		k := flightKeyOf(blob, c, src)
-		f := n.flights[k]
+		f := e.flights[k]
 		switch {
 		case f == nil || closed:
 			f = &flight{key: k, want: c, b: b, ready: make(chan struct{}), done: make(chan struct{})}
 			if !closed {
-				n.flights[k] = f
+				e.flights[k] = f
 			}
 			lead = append(lead, f)
 		case f.b != b:
-			n.m.collapsed.Add(1)
+			e.m.collapsed.Add(1)
 		}
 		f.b.refs++
 		out[i] = f
 	}
 	b.flights = lead
 	if len(lead) > 0 && !closed {
-		n.wg.Add(1)
+		e.wg.Add(1)
 	}
-	n.mu.Unlock()
+	e.mu.Unlock()
 	switch {
 	case len(lead) == 0:
 		cancel()
 	case closed:
 		cancel()
 		for _, f := range lead {
-			n.finish(f, rafs.Chunk{}, nil, ErrClosed, false)
+			e.finish(f, rafs.Chunk{}, nil, ErrClosed, false)
 		}
 	default:
 		go func() {
-			defer n.wg.Done()
+			defer e.wg.Done()
 			defer cancel()
-			n.fetch(ctx, up, blob, lead)
+			e.fetch(ctx, up, blob, lead)
 		}()
 	}
 	return out
@@ -96,9 +96,9 @@ func (n *Node) join(up registry.Ref, blob rafs.Digest, cs []rafs.Chunk) []*fligh
 // instead of joining one that is ending; a flight that has its bytes stays
 // until they are kept, so that a read coming while they are being cached
 // takes them instead of fetching the chunk again.
-func (n *Node) leave(fs []*flight) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+func (e *Engine) leave(fs []*flight) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for _, f := range fs {
 		f.b.refs--
 		if f.b.refs > 0 {
@@ -106,8 +106,8 @@ func (n *Node) leave(fs []*flight) {
 		}
 		f.b.cancel()
 		for _, g := range f.b.flights {
-			if n.flights[g.key] == g && !g.finished {
-				delete(n.flights, g.key)
+			if e.flights[g.key] == g && !g.finished {
+				delete(e.flights, g.key)
 			}
 		}
 	}
@@ -116,30 +116,30 @@ func (n *Node) leave(fs []*flight) {
 // finish records f's result, makes it ready and done, and wakes its
 // waiters. Only the first result counts: finishing a flight that is ready
 // only makes it done.
-func (n *Node) finish(f *flight, got rafs.Chunk, stored []byte, err error, transient bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.readyLocked(f, got, stored, err, transient)
-	n.keptLocked(f)
+func (e *Engine) finish(f *flight, got rafs.Chunk, stored []byte, err error, transient bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.readyLocked(f, got, stored, err, transient)
+	e.keptLocked(f)
 }
 
 // ready records f's verified bytes and wakes the waiters that can use
 // them before they are kept; kept must follow. Only the first result
 // counts.
-func (n *Node) ready(f *flight, got rafs.Chunk, stored []byte) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.readyLocked(f, got, stored, nil, false)
+func (e *Engine) ready(f *flight, got rafs.Chunk, stored []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.readyLocked(f, got, stored, nil, false)
 }
 
 // kept makes a ready flight done.
-func (n *Node) kept(f *flight) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.keptLocked(f)
+func (e *Engine) kept(f *flight) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.keptLocked(f)
 }
 
-func (n *Node) readyLocked(f *flight, got rafs.Chunk, stored []byte, err error, transient bool) {
+func (e *Engine) readyLocked(f *flight, got rafs.Chunk, stored []byte, err error, transient bool) {
 	if f.finished {
 		return
 	}
@@ -148,13 +148,13 @@ func (n *Node) readyLocked(f *flight, got rafs.Chunk, stored []byte, err error, 
 	close(f.ready)
 }
 
-func (n *Node) keptLocked(f *flight) {
+func (e *Engine) keptLocked(f *flight) {
 	if f.kept {
 		return
 	}
 	f.kept = true
-	if n.flights[f.key] == f {
-		delete(n.flights, f.key)
+	if e.flights[f.key] == f {
+		delete(e.flights, f.key)
 	}
 	close(f.done)
 }

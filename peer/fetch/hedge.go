@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 // hedger watches one request to a parent and hedges it when it is slow.
 // Its methods are no-ops on a nil *hedger (hedging off).
 type hedger struct {
-	n       *Node
+	e       *Engine
 	g       *group
 	slow    lpeer.ID
 	ords    []uint32
@@ -50,8 +50,8 @@ type hedger struct {
 
 // startHedge starts watching a request for batch to parent slow; primary
 // cancels that request. ctx bounds the hedge.
-func (n *Node) startHedge(ctx context.Context, primary context.CancelFunc, g *group, slow lpeer.ID, batch []rafs.Chunk) *hedger {
-	h := &hedger{n: n, g: g, slow: slow, ords: ordinalsOf(batch), primary: primary, delay: n.cfg.HedgeDelay}
+func (e *Engine) startHedge(ctx context.Context, primary context.CancelFunc, g *group, slow lpeer.ID, batch []rafs.Chunk) *hedger {
+	h := &hedger{e: e, g: g, slow: slow, ords: ordinalsOf(batch), primary: primary, delay: e.cfg.HedgeDelay}
 	h.ctx, h.stop = context.WithCancel(ctx)
 	h.timer = time.AfterFunc(h.delay, h.fire)
 	return h
@@ -84,8 +84,8 @@ func (h *hedger) fire() {
 	if len(cs) == 0 {
 		return
 	}
-	h.n.log.Debug("parent slow; hedging", "peer", h.slow, "blob", h.g.blob, "chunks", len(cs), "after", h.delay)
-	if !h.n.hedgeFetch(h.ctx, h.g, h.slow, cs) {
+	h.e.log.Debug("parent slow; hedging", "peer", h.slow, "blob", h.g.blob, "chunks", len(cs), "after", h.delay)
+	if !h.e.hedgeFetch(h.ctx, h.g, h.slow, cs) {
 		// Nobody else to ask yet: try again later.
 		h.mu.Lock()
 		if !h.done {
@@ -130,63 +130,47 @@ func (h *hedger) finish() bool {
 // it asks one parent learnt recently, if there is one other than slow,
 // and leaves the origin alone: the slow parent is still sending. It
 // reports whether it asked anyone.
-func (n *Node) hedgeFetch(ctx context.Context, g *group, slow lpeer.ID, cs []rafs.Chunk) (asked bool) {
+func (e *Engine) hedgeFetch(ctx context.Context, g *group, slow lpeer.ID, cs []rafs.Chunk) (asked bool) {
 	ask := func() {
 		if !asked {
 			asked = true
-			n.m.hedge()
+			e.m.hedge()
 		}
 	}
 	ords := ordinalsOf(cs)
-	rt, err := n.route(ctx, g.blob, ords)
+	rt, err := e.Route(ctx, g.blob, ords)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
 		}
-		for _, p := range n.recent.parents(g.blob, ords, 1, time.Now(), func(id lpeer.ID) bool {
-			return id == slow || n.skipParent(id)
-		}) {
-			if cs := g.chunks(ords); len(cs) > 0 {
+		fb := decide(e.input(g, g.chunks(ords), nil, slow)).Fallback
+		for _, p := range fb.Parents {
+			if cs := g.chunks(fb.Chunks); len(cs) > 0 {
 				ask()
-				n.fetchParent(ctx, g, p, cs, false, false)
+				e.fetchParent(ctx, g, p, batches(cs, exchangeLimits), false, false)
 			}
 		}
 		return asked
 	}
-	var wg sync.WaitGroup
-	for _, p := range rt.Parents {
-		if p.Info.ID == n.h.ID() || len(p.Chunks) == 0 {
-			continue
-		}
-		if p.Info.ID == slow || n.skipParent(p.Info.ID) {
-			// Nothing better than the parent already asked: give the
-			// assignment back (it was slow: reported as failed).
-			n.router.Report(p.Info.ID, route.Outcome{Blob: g.blob})
-			continue
-		}
-		n.recent.learn(g.blob, p.Info, p.Chunks, time.Now())
-		if cs := g.chunks(p.Chunks); len(cs) > 0 {
-			ask()
-			wg.Go(func() { n.fetchParent(ctx, g, p.Info, cs, true, false) })
-		}
+	// Nothing better than the parent already asked (it, or one this
+	// node avoids): the assignment goes back (it was slow: reported as
+	// failed).
+	pl := decide(e.input(g, g.chunks(ords), &rt, slow))
+	for _, id := range pl.GiveBack {
+		e.router.Report(id, route.Outcome{Blob: g.blob})
 	}
-	n.strayTurns(g, rt.Origin)
-	if cs := g.chunks(rt.Origin); len(rt.Origin) > 0 && len(cs) > 0 {
+	var wg sync.WaitGroup
+	now := e.now()
+	for _, a := range pl.Parents {
+		e.recent.learn(g.blob, a.Named.Info, a.Named.Chunks, now)
 		ask()
-		wg.Go(func() { n.fetchOrigin(ctx, g, cs, true) })
+		wg.Go(func() { e.fetchParent(ctx, g, a.Named.Info, a.Batches, true, false) })
+	}
+	e.strayTurns(g, pl.Stray)
+	if len(pl.Origin) > 0 {
+		ask()
+		wg.Go(func() { e.fetchOrigin(ctx, g, pl.Origin, true) })
 	}
 	wg.Wait()
 	return asked
-}
-
-// skipParent reports whether this node does not ask p now: it sent bad
-// bytes, or it stalled lately.
-func (n *Node) skipParent(p lpeer.ID) bool { return n.avoided(p) || n.slowAvoided(p) }
-
-func ordinalsOf(cs []rafs.Chunk) []uint32 {
-	out := make([]uint32, len(cs))
-	for i, c := range cs {
-		out[i] = c.Ordinal
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 // faster one is not.
 func TestLogSlowFetch(t *testing.T) {
 	var buf bytes.Buffer
-	n := &Node{log: slog.New(slog.NewTextHandler(&buf, nil))}
+	n := &Engine{log: slog.New(slog.NewTextHandler(&buf, nil))}
 	g := &group{pending: map[uint32]*flight{7: {}}}
 	g.tr.start, g.tr.chunks = time.Now(), 3
 	n.logSlow(g)

@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 import (
 	"sync/atomic"
@@ -25,7 +25,7 @@ type trace struct {
 }
 
 // logSlow logs g's fetch if it took slowFetch or more.
-func (n *Node) logSlow(g *group) {
+func (e *Engine) logSlow(g *group) {
 	tr := &g.tr
 	took := time.Since(tr.start)
 	if took < slowFetch {
@@ -41,5 +41,5 @@ func (n *Node) logSlow(g *group) {
 	if lastErr != nil {
 		args = append(args, "last_err", lastErr)
 	}
-	n.log.Warn("slow fetch", args...)
+	e.log.Warn("slow fetch", args...)
 }

@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 import (
 	"context"
@@ -53,10 +53,10 @@ func originRuns(cs []rafs.Chunk, maxRange int64) []originRun {
 // registry holds the blob the manifest pins, so the request's description
 // of the chunk (digest, algorithm, offset, sizes) is wrong, and asking
 // again until FetchDeadline would only load the registry.
-func (n *Node) fetchOrigin(ctx context.Context, g *group, cs []rafs.Chunk, turn bool) {
+func (e *Engine) fetchOrigin(ctx context.Context, g *group, cs []rafs.Chunk, turn bool) {
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, n.cfg.MaxParallelOrigin)
-	for _, run := range originRuns(cs, n.cfg.OriginMaxRange) {
+	sem := make(chan struct{}, e.cfg.MaxParallelOrigin)
+	for _, run := range originRuns(cs, e.cfg.OriginMaxRange) {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -67,7 +67,7 @@ func (n *Node) fetchOrigin(ctx context.Context, g *group, cs []rafs.Chunk, turn 
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			n.fetchRun(ctx, g, run, turn)
+			e.fetchRun(ctx, g, run, turn)
 		}()
 	}
 	wg.Wait()
@@ -77,7 +77,7 @@ func (n *Node) fetchOrigin(ctx context.Context, g *group, cs []rafs.Chunk, turn 
 // chunk is verified, on a goroutine of its own, as soon as its bytes are
 // in, while the rest of the run arrives; a read that fails part-way
 // keeps the chunks that arrived whole.
-func (n *Node) fetchRun(ctx context.Context, g *group, run originRun, turn bool) {
+func (e *Engine) fetchRun(ctx context.Context, g *group, run originRun, turn bool) {
 	ords := func(cs []rafs.Chunk) []uint32 {
 		out := make([]uint32, len(cs))
 		for i, c := range cs {
@@ -87,7 +87,7 @@ func (n *Node) fetchRun(ctx context.Context, g *group, run originRun, turn bool)
 	}
 	g.tr.origin.Add(1)
 	if !turn {
-		n.m.unscheduledOrigin()
+		e.m.unscheduledOrigin()
 	}
 	// buf is this run's own: the chunks keep their slices of it.
 	buf := make([]byte, run.end-run.off)
@@ -115,43 +115,43 @@ func (n *Node) fetchRun(ctx context.Context, g *group, run originRun, turn bool)
 			if err := rafs.VerifyChunk(c, stored, scratch); err != nil {
 				bad = append(bad, c.Ordinal)
 				err = fmt.Errorf("origin: chunk %d of blob %s fails verification: %w", c.Ordinal, g.blob, err)
-				n.log.Warn("origin bytes fail verification; failing the chunk", "err", err)
-				n.failNow(g, []rafs.Chunk{c}, err)
+				e.log.Warn("origin bytes fail verification; failing the chunk", "err", err)
+				e.failNow(g, []rafs.Chunk{c}, err)
 				continue
 			}
-			n.keep(g, c, stored, sourceOrigin)
+			e.keep(g, c, stored, SourceOrigin)
 		}
 	}()
 	var err error
-	if so, ok := n.origin.(StreamingOrigin); ok {
+	if so, ok := e.origin.(StreamingOrigin); ok {
 		err = so.ReadRangeFunc(ctx, g.up, g.blob, run.off, buf, progress)
-	} else if err = n.origin.ReadRange(ctx, g.up, g.blob, run.off, buf); err == nil {
+	} else if err = e.origin.ReadRange(ctx, g.up, g.blob, run.off, buf); err == nil {
 		progress(len(buf))
 	}
 	close(arrived)
 	<-verified
 	if filled > 0 {
-		n.m.originRequest(filled)
+		e.m.originRequest(filled)
 	}
 	if turn && len(bad) > 0 {
-		n.router.Abandon(g.blob, bad)
+		e.router.Abandon(g.blob, bad)
 	}
 	if err == nil {
 		return
 	}
 	rest := run.chunks[next:] // the chunks that did not arrive whole
 	if turn {
-		n.router.Abandon(g.blob, ords(rest))
+		e.router.Abandon(g.blob, ords(rest))
 	}
 	if ctx.Err() != nil {
 		return
 	}
 	err = fmt.Errorf("origin: read %d bytes at %d of blob %s: %w", len(buf), run.off, g.blob, err)
-	if !n.transient(err) {
-		n.failNow(g, rest, err)
+	if !e.transient(err) {
+		e.failNow(g, rest, err)
 		return
 	}
-	n.log.Debug("origin failed; will retry", "err", err)
+	e.log.Debug("origin failed; will retry", "err", err)
 	g.noteErr(err)
 }
 

@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 import (
 	"context"
@@ -15,19 +15,20 @@ import (
 	"damselfly/rafs/route"
 )
 
-// fetchParent fetches cs from parent p over the chunk exchange, in as
-// many requests as the protocol's limits need. Verified chunks are cached,
+// fetchParent fetches the chunks of reqs from parent p over the chunk
+// exchange, one request per batch (decide cut them within the
+// protocol's limits). Verified chunks are cached,
 // announced and handed on; missing ones stay pending for the next round.
 // A parent that sends bad bytes or breaks the protocol is avoided from
 // then on; one that runs out of ParentTimeout or makes no progress is
 // avoided for SlowAvoidDuration. With assigned (the Router named p), the
 // outcome is reported. With hedge, a request that delivers nothing for
-// HedgeDelay is hedged (fetch_hedge.go). Chunks p holds only under the
+// HedgeDelay is hedged (hedge.go). Chunks p holds only under the
 // other digest algorithm are fetched from the origin, which fails them
 // at once if the read's description is wrong; p is not blamed.
-func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs []rafs.Chunk, assigned, hedge bool) {
+func (e *Engine) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, reqs [][]rafs.Chunk, assigned, hedge bool) {
 	if len(p.Addrs) > 0 {
-		n.h.Peerstore().AddAddrs(p.ID, p.Addrs, peerstore.TempAddrTTL)
+		e.h.Peerstore().AddAddrs(p.ID, p.Addrs, peerstore.TempAddrTTL)
 	}
 	start := time.Now()
 	o := route.Outcome{Blob: g.blob, OK: true}
@@ -40,18 +41,18 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 	var otherAlgo []rafs.Chunk
 	defer func() {
 		if len(otherAlgo) > 0 && ctx.Err() == nil {
-			n.fetchOrigin(ctx, g, otherAlgo, false)
+			e.fetchOrigin(ctx, g, otherAlgo, false)
 		}
 	}()
-	for _, batch := range splitBatches(cs) {
+	for _, batch := range reqs {
 		g.tr.parents.Add(1)
-		pctx, cancel := context.WithTimeout(ctx, n.cfg.ParentTimeout)
+		pctx, cancel := context.WithTimeout(ctx, e.cfg.ParentTimeout)
 		var hg *hedger
-		if hedge && n.cfg.HedgeDelay > 0 {
-			hg = n.startHedge(ctx, cancel, g, p.ID, batch)
+		if hedge && e.cfg.HedgeDelay > 0 {
+			hg = e.startHedge(ctx, cancel, g, p.ID, batch)
 		}
-		res, err := exchange.Fetch(pctx, n.h, p.ID, g.blob, batch, func(c rafs.Chunk, stored []byte) error {
-			n.keep(g, c, stored, sourcePeer) // stored is ours (exchange.Fetch)
+		res, err := exchange.Fetch(pctx, e.h, p.ID, g.blob, batch, func(c rafs.Chunk, stored []byte) error {
+			e.keep(g, c, stored, SourcePeer) // stored is ours (exchange.Fetch)
 			hg.progress()
 			return nil
 		})
@@ -79,20 +80,20 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 				o.BadChunk = res.Unanswered[0].Ordinal
 			}
 			// Avoided below, once the report is queued.
-			n.m.badPeer()
-			n.log.Warn("peer sent bad bytes; avoiding it", "peer", p.ID, "blob", g.blob, "chunk", o.BadChunk, "err", err)
+			e.m.BadPeer()
+			e.log.Warn("peer sent bad bytes; avoiding it", "peer", p.ID, "blob", g.blob, "chunk", o.BadChunk, "err", err)
 		case won:
 			// Reported as failed even if the reads have gone meanwhile.
-			n.log.Debug("peer was slower than the hedge", "peer", p.ID, "blob", g.blob)
+			e.log.Debug("peer was slower than the hedge", "peer", p.ID, "blob", g.blob)
 		case ctx.Err() != nil:
 			cancelled = true
 		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
-			n.avoidSlow(p.ID)
-			n.m.slowPeer()
-			n.log.Warn("peer made no progress in time; avoiding it for a while", "peer", p.ID, "blob", g.blob,
-				"for", n.cfg.SlowAvoidDuration, "err", err)
+			e.avoidSlow(p.ID)
+			e.m.slowPeer()
+			e.log.Warn("peer made no progress in time; avoiding it for a while", "peer", p.ID, "blob", g.blob,
+				"for", e.cfg.SlowAvoidDuration, "err", err)
 		default:
-			n.log.Debug("fetch from peer failed", "peer", p.ID, "blob", g.blob, "err", err)
+			e.log.Debug("fetch from peer failed", "peer", p.ID, "blob", g.blob, "err", err)
 		}
 		if !won {
 			g.noteErr(fmt.Errorf("peer %s: %w", p.ID, err))
@@ -101,7 +102,7 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 	}
 	o.Duration = time.Since(start)
 	if assigned && !cancelled {
-		n.router.Report(p.ID, o)
+		e.router.Report(p.ID, o)
 	}
 	if o.BadBytes {
 		// After the report: a round that meets the avoided peer gives its
@@ -110,26 +111,6 @@ func (n *Node) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, cs [
 		// that peer, which could be this one; this report, which names
 		// the bad chunk, would then match none and its accusation be
 		// lost (seen in TestCorruptPeerIsBanned).
-		n.avoidPeer(p.ID)
+		e.AvoidBad(p.ID)
 	}
-}
-
-// splitBatches cuts cs into requests within the exchange's limits.
-func splitBatches(cs []rafs.Chunk) [][]rafs.Chunk {
-	var out [][]rafs.Chunk
-	var cur []rafs.Chunk
-	var bytes int64
-	for _, c := range cs {
-		sz := int64(max(c.CompressedSize, c.Size))
-		if len(cur) > 0 && (len(cur) == exchange.MaxChunksPerBatch || bytes+sz > exchange.MaxBatchBytes) {
-			out = append(out, cur)
-			cur, bytes = nil, 0
-		}
-		cur = append(cur, c)
-		bytes += sz
-	}
-	if len(cur) > 0 {
-		out = append(out, cur)
-	}
-	return out
 }

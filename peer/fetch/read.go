@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 import (
 	"context"
@@ -14,24 +14,24 @@ import (
 // digests) while deliver is called in request order, so chunks that
 // arrive early wait in memory for their turn. A fetched chunk is
 // delivered once it is cached and announced. A chunk nobody can serve is
-// retried until NodeConfig.FetchDeadline passes without progress; the
+// retried until Config.FetchDeadline passes without progress; the
 // error then wraps a *chunkapi.ChunkError naming it.
-func (n *Node) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
+func (e *Engine) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
-	return n.readChunks(ctx, up, blob, chunks, true, deliver)
+	return e.readChunks(ctx, up, blob, chunks, true, deliver)
 }
 
 // ReadChunksEarly implements proxy.EarlyChunkSource: it is ReadChunks
 // delivering each fetched chunk as soon as it is verified, while this
 // node caches and announces it.
-func (n *Node) ReadChunksEarly(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
+func (e *Engine) ReadChunksEarly(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
-	return n.readChunks(ctx, up, blob, chunks, false, deliver)
+	return e.readChunks(ctx, up, blob, chunks, false, deliver)
 }
 
 // readChunks is ReadChunks, which waits until a fetched chunk is kept
 // (cached and announced) before delivering it when waitKept is set.
-func (n *Node) readChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk, waitKept bool,
+func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk, waitKept bool,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	if len(chunks) == 0 {
 		return nil
@@ -42,7 +42,7 @@ func (n *Node) readChunks(ctx context.Context, up registry.Ref, blob rafs.Digest
 	var missChunks []rafs.Chunk
 	for i, c := range chunks {
 		if err := checkChunk(c); err != nil {
-			n.m.failure()
+			e.m.failure()
 			return chunkError(i, false, err)
 		}
 	}
@@ -50,15 +50,15 @@ func (n *Node) readChunks(ctx context.Context, up registry.Ref, blob rafs.Digest
 		// A hit only for a chunk known to be part of blob (holdsKey):
 		// one that is in the cache for another blob is fetched as part
 		// of this one, which proves it is.
-		if k := cache.KeyOf(c); !n.cache.Has(k) || !n.hold.holdsKey(blob, k) {
+		if k := cache.KeyOf(c); !e.cache.Has(k) || !e.hold.PartOf(blob, k) {
 			missIdx = append(missIdx, i)
 			missChunks = append(missChunks, c)
 		}
 	}
 	flights := make(map[int]*flight, len(missIdx))
 	if len(missChunks) > 0 {
-		fs := n.join(up, blob, missChunks)
-		defer n.leave(fs)
+		fs := e.join(up, blob, missChunks)
+		defer e.leave(fs)
 		for j, i := range missIdx {
 			flights[i] = fs[j]
 		}
@@ -66,15 +66,15 @@ func (n *Node) readChunks(ctx context.Context, up registry.Ref, blob rafs.Digest
 	var announce []uint32
 	defer func() {
 		if len(announce) > 0 {
-			n.router.Announce(blob, announce)
+			e.router.Announce(blob, announce)
 		}
 	}()
 	for i, c := range chunks {
 		f := flights[i]
 		if f == nil {
-			if sc, stored, ok := n.readCache(c); ok {
-				n.m.delivered(sourceCache, len(stored))
-				if n.hold.add(blob, c.Ordinal, cache.KeyOf(c)) {
+			if sc, stored, ok := e.readCache(c); ok {
+				e.m.Delivered(SourceCache, len(stored))
+				if e.hold.Hold(blob, c.Ordinal, cache.KeyOf(c)) {
 					// Held under another ordinal of the blob.
 					announce = append(announce, c.Ordinal)
 				}
@@ -84,8 +84,8 @@ func (n *Node) readChunks(ctx context.Context, up registry.Ref, blob rafs.Digest
 				continue
 			}
 			// Evicted since Has, or corrupt: fetch it on its own.
-			fs := n.join(up, blob, []rafs.Chunk{c})
-			defer n.leave(fs)
+			fs := e.join(up, blob, []rafs.Chunk{c})
+			defer e.leave(fs)
 			f = fs[0]
 		}
 		wait := f.ready
@@ -95,11 +95,11 @@ func (n *Node) readChunks(ctx context.Context, up registry.Ref, blob rafs.Digest
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			n.m.failure()
+			e.m.failure()
 			return chunkError(i, true, ctx.Err())
 		}
 		if f.err != nil {
-			n.m.failure()
+			e.m.failure()
 			return chunkError(i, f.transient, f.err)
 		}
 		// The flight may be another read's, for the same content at
@@ -117,8 +117,8 @@ func (n *Node) readChunks(ctx context.Context, up registry.Ref, blob rafs.Digest
 // readCache reads c's stored bytes from the node cache and verifies them.
 // The chunk returned describes the stored form, which may differ from
 // c's. An entry that fails verification is removed.
-func (n *Node) readCache(c rafs.Chunk) (rafs.Chunk, []byte, bool) {
-	meta, stored, err := n.cache.Get(cache.KeyOf(c), nil)
+func (e *Engine) readCache(c rafs.Chunk) (rafs.Chunk, []byte, bool) {
+	meta, stored, err := e.cache.Get(cache.KeyOf(c), nil)
 	if err != nil || meta.Size != c.Size {
 		return c, nil, false
 	}
@@ -132,8 +132,8 @@ func (n *Node) readCache(c rafs.Chunk) (rafs.Chunk, []byte, bool) {
 	scratch := getScratch()
 	defer putScratch(scratch)
 	if err := rafs.VerifyChunk(sc, stored, scratch); err != nil {
-		n.log.Warn("cached chunk fails verification; removing it", "chunk", c.Digest, "err", err)
-		_ = n.cache.Remove(cache.KeyOf(c))
+		e.log.Warn("cached chunk fails verification; removing it", "chunk", c.Digest, "err", err)
+		_ = e.cache.Remove(cache.KeyOf(c))
 		return c, nil, false
 	}
 	return sc, stored, true

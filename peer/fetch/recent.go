@@ -1,4 +1,4 @@
-package peer
+package fetch
 
 import (
 	"slices"
@@ -12,11 +12,10 @@ import (
 
 // Bounds of the memory of recent parents.
 const (
-	recentBlobs      = 256              // blobs remembered
-	recentPerBlob    = 8                // parents remembered per blob
-	recentMaxChunks  = 1 << 16          // ordinals remembered per parent and blob
-	recentTTL        = 10 * time.Minute // how long an answer is trusted
-	recentFallbackTo = 3                // parents asked per round without a Router
+	recentBlobs     = 256              // blobs remembered
+	recentPerBlob   = 8                // parents remembered per blob
+	recentMaxChunks = 1 << 16          // ordinals remembered per parent and blob
+	recentTTL       = 10 * time.Minute // how long an answer is trusted
 )
 
 // recent remembers, per blob, the parents the Router named lately and the
@@ -98,70 +97,67 @@ func (r *recent) evictOldest() {
 }
 
 // parents returns up to n parents of blob learnt within recentTTL of now
-// and not excluded by skip, those that hold more of chunks first. When
-// the blob has fewer, parents learnt for other blobs fill the list, most
-// recently learnt first: with no scheduler to ask, a peer that served
-// this node one layer of an image is the likeliest holder of its other
-// layers, and one that holds none of the chunks says so in a round trip.
+// and not excluded by skip, ranked by rankRecent for chunks.
 func (r *recent) parents(blob rafs.Digest, chunks []uint32, n int, now time.Time, skip func(lpeer.ID) bool) []lpeer.AddrInfo {
+	ords := slices.Clone(chunks)
+	slices.Sort(ords)
+	ords = slices.Compact(ords)
+	return rankRecent(r.known(blob, ords, now), ords, n, skip)
+}
+
+// known returns the parents learnt within recentTTL of now, as the
+// planner takes them: those learnt for blob, most recently learnt
+// first, each with the ordinals of chunks (ascending) it was named for;
+// then those learnt for other blobs, most recently learnt first.
+func (r *recent) known(blob rafs.Digest, chunks []uint32, now time.Time) []Known {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	type cand struct {
-		info  lpeer.AddrInfo
-		cover int
-		at    time.Time
-	}
-	var cands []cand
+	var out []Known
 	if b := r.blobs[blob]; b != nil {
 		for _, p := range b.parents {
-			if now.Sub(p.at) > recentTTL || skip(p.info.ID) {
+			if now.Sub(p.at) > recentTTL {
 				continue
 			}
-			cover := 0
+			var holds []uint32
 			for _, c := range chunks {
 				if _, ok := p.chunks[c]; ok {
-					cover++
+					holds = append(holds, c)
 				}
 			}
-			cands = append(cands, cand{p.info, cover, p.at})
-		}
-		// Stable insertion sort by coverage: the list is at most
-		// recentPerBlob.
-		for i := 1; i < len(cands); i++ {
-			for j := i; j > 0 && cands[j].cover > cands[j-1].cover; j-- {
-				cands[j], cands[j-1] = cands[j-1], cands[j]
-			}
+			out = append(out, Known{Info: p.info, SameBlob: true, Holds: holds})
 		}
 	}
-	out := make([]lpeer.AddrInfo, 0, n)
-	seen := make(map[lpeer.ID]bool, n)
-	for _, c := range cands {
-		if len(out) == n {
-			return out
-		}
-		out = append(out, c.info)
-		seen[c.info.ID] = true
+	type other struct {
+		info lpeer.AddrInfo
+		at   time.Time
 	}
-	var others []cand
+	var others []other
 	for d, b := range r.blobs {
 		if d == blob {
 			continue
 		}
 		for _, p := range b.parents {
-			if !seen[p.info.ID] && now.Sub(p.at) <= recentTTL && !skip(p.info.ID) {
-				others = append(others, cand{info: p.info, at: p.at})
+			if now.Sub(p.at) <= recentTTL {
+				others = append(others, other{p.info, p.at})
 			}
 		}
 	}
-	slices.SortStableFunc(others, func(a, b cand) int { return b.at.Compare(a.at) })
-	for _, c := range others {
-		if len(out) == n {
-			break
-		}
-		if !seen[c.info.ID] {
-			out = append(out, c.info)
-			seen[c.info.ID] = true
-		}
+	slices.SortStableFunc(others, func(a, b other) int { return b.at.Compare(a.at) })
+	for _, o := range others {
+		out = append(out, Known{Info: o.info})
 	}
 	return out
+}
+
+// RecentParents returns up to n parents the engine learnt recently for
+// blob (those that hold more of chunks first; others learnt for other
+// blobs fill the list), skipping those skip names. Safe for concurrent
+// use.
+func (e *Engine) RecentParents(blob rafs.Digest, chunks []uint32, n int, skip func(lpeer.ID) bool) []lpeer.AddrInfo {
+	return e.recent.parents(blob, chunks, n, e.now(), skip)
+}
+
+// Learn records that p holds chunks of blob, as a Router said.
+func (e *Engine) Learn(blob rafs.Digest, p lpeer.AddrInfo, chunks []uint32) {
+	e.recent.learn(blob, p, chunks, e.now())
 }
