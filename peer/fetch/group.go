@@ -206,15 +206,21 @@ func (e *Engine) abandonMissing(blob rafs.Digest, fs []*flight) {
 
 // fetchGroup runs rounds until every pending chunk arrived, failed for
 // good, or went FetchDeadline without any chunk of the group arriving.
+// The first round goes out at once: the reads that lead the group's
+// flights found its chunks missing from the cache a moment ago (one
+// lookup per chunk per read, read.go). Before each later round the cache
+// is looked at again, as another read may have brought a chunk since.
 func (e *Engine) fetchGroup(ctx context.Context, g *group) {
 	g.tr.start, g.tr.chunks = time.Now(), g.left()
 	defer e.logSlow(g)
 	deadline := time.Now().Add(e.cfg.FetchDeadline)
 	backoff := minRetryDelay
-	for g.left() > 0 && ctx.Err() == nil {
-		e.fromCache(g)
-		if g.left() == 0 {
-			return
+	for first := true; g.left() > 0 && ctx.Err() == nil; first = false {
+		if !first {
+			e.fromCache(g)
+			if g.left() == 0 {
+				return
+			}
 		}
 		g.progress = false
 		g.tr.rounds.Add(1)
