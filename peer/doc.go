@@ -23,7 +23,8 @@
 //     exchange server's part-of hook), only if it is held for that blob.
 //   - plain.go: plain (non-RAFS) blobs for the mirror (proxy.BlobSource):
 //     pieces (package piece) read as raw chunks under the blob's plain
-//     key, the piece tables this node checked (served to peers over
+//     key (fetch.Engine.ReadPieces, which asks the origin for the blob
+//     itself; RAFS reads go to the origin reader unwrapped), the piece tables this node checked (served to peers over
 //     exchange.TableProtocolID), a table fetched from a holder, and the
 //     recording of a blob streaming from the origin; plain_store.go keeps
 //     the checked tables on disk across restarts.

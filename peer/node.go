@@ -67,7 +67,7 @@ func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r fetch.Router, origin
 	}
 	n := &Node{cfg: cfg, h: h, cache: c, router: r, log: log, m: m, hold: hold, plain: plain}
 	n.eng, err = fetch.New(cfg.engine(), fetch.Deps{
-		Host: h, Cache: c, Holdings: n, Router: r, Origin: pieceOrigin{origin, plain},
+		Host: h, Cache: c, Holdings: n, Router: r, Origin: origin,
 		Metrics: m, Log: log,
 	})
 	if err != nil {

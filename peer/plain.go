@@ -32,43 +32,12 @@ import (
 // by the blob's plain key, not its digest, so that piece ordinals never
 // mix with the chunk ordinals of a RAFS blob with the same digest (a RAFS
 // blob can be pulled through the mirror too). The origin is asked for the
-// blob itself (pieceOrigin maps the key back).
+// blob itself (fetch.Engine.ReadPieces takes both names).
 func plainKey(blob rafs.Digest) rafs.Digest {
 	h := sha256.New()
 	h.Write([]byte("damselfly plain blob pieces v1\x00"))
 	h.Write(blob[:])
 	return rafs.Digest(h.Sum(nil))
-}
-
-// pieceOrigin is the node's Origin: a read of a plain key reads its blob.
-type pieceOrigin struct {
-	fetch.Origin
-	p *plainState
-}
-
-var _ fetch.StreamingOrigin = pieceOrigin{}
-
-func (o pieceOrigin) ReadRange(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, b []byte) error {
-	if real, ok := o.p.blobOf(blob); ok {
-		blob = real
-	}
-	return o.Origin.ReadRange(ctx, ref, blob, off, b)
-}
-
-// ReadRangeFunc keeps the wrapped origin's streaming, when it streams, so
-// that wrapping it does not hide the capability from fetchRun.
-func (o pieceOrigin) ReadRangeFunc(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, b []byte, progress func(n int)) error {
-	if real, ok := o.p.blobOf(blob); ok {
-		blob = real
-	}
-	if so, ok := o.Origin.(fetch.StreamingOrigin); ok {
-		return so.ReadRangeFunc(ctx, ref, blob, off, b, progress)
-	}
-	if err := o.Origin.ReadRange(ctx, ref, blob, off, b); err != nil {
-		return err
-	}
-	progress(len(b))
-	return nil
 }
 
 // Bounds of the plain blob state.
@@ -86,29 +55,7 @@ type plainState struct {
 	tables  map[rafs.Digest]*plainTable
 	order   []rafs.Digest // of tables, oldest first
 	pending map[rafs.Digest]tableSource
-	turns   map[rafs.Digest]struct{}    // origin turns for piece 0
-	keys    map[rafs.Digest]rafs.Digest // plain key to blob
-}
-
-// key returns blob's plain key and remembers the way back.
-func (p *plainState) key(blob rafs.Digest) rafs.Digest {
-	k := plainKey(blob)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, ok := p.keys[k]; !ok {
-		if len(p.keys) >= 4*maxPlainTables {
-			clear(p.keys) // rebuilt by the reads that need them
-		}
-		p.keys[k] = blob
-	}
-	return k
-}
-
-func (p *plainState) blobOf(k rafs.Digest) (rafs.Digest, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	b, ok := p.keys[k]
-	return b, ok
+	turns   map[rafs.Digest]struct{} // origin turns for piece 0
 }
 
 // plainTable is a verified table and its encoding, as served.
@@ -131,7 +78,6 @@ func newPlainState(store tableStore) *plainState {
 		tables:  make(map[rafs.Digest]*plainTable),
 		pending: make(map[rafs.Digest]tableSource),
 		turns:   make(map[rafs.Digest]struct{}),
-		keys:    make(map[rafs.Digest]rafs.Digest),
 	}
 }
 
@@ -253,7 +199,7 @@ func (n *Node) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Digest
 	}
 	var cands []lpeer.AddrInfo
 	assigned := false
-	key := n.plain.key(blob)
+	key := plainKey(blob)
 	rt, err := n.eng.Route(ctx, key, []uint32{0})
 	switch {
 	case err != nil:
@@ -355,7 +301,7 @@ func (n *Node) ReadPieces(ctx context.Context, up registry.Ref, t *piece.Table, 
 		cs = missing
 		deliver = func(int, rafs.Chunk, []byte) error { return nil }
 	}
-	return n.ReadChunks(ctx, up, n.plain.key(t.Blob), cs, deliver)
+	return n.eng.ReadPieces(ctx, up, plainKey(t.Blob), t.Blob, cs, deliver)
 }
 
 // RecordBlob implements proxy.BlobSource: the returned recorder cuts the

@@ -43,7 +43,7 @@ type batch struct {
 // progress for their keys (the chunk's digest and algorithm, up's source,
 // blob and the chunk's description) and starting one fetch for the rest.
 // Every flight returned holds a reference that leave releases.
-func (e *Engine) join(up registry.Ref, blob rafs.Digest, cs []rafs.Chunk) []*flight {
+func (e *Engine) join(up registry.Ref, blob, atOrigin rafs.Digest, cs []rafs.Chunk) []*flight {
 	ctx, cancel := context.WithCancel(e.life)
 	b := &batch{cancel: cancel}
 	out := make([]*flight, len(cs))
@@ -84,7 +84,7 @@ func (e *Engine) join(up registry.Ref, blob rafs.Digest, cs []rafs.Chunk) []*fli
 		go func() {
 			defer e.wg.Done()
 			defer cancel()
-			e.fetch(ctx, up, blob, lead)
+			e.fetch(ctx, up, blob, atOrigin, lead)
 		}()
 	}
 	return out

@@ -26,9 +26,10 @@ var errNoSource = errors.New("no peer holds it and the origin did not serve it")
 // group is the state of one batch's fetch: the chunks still pending,
 // by ordinal, and what the current round achieved.
 type group struct {
-	blob    rafs.Digest
-	up      registry.Ref
-	keeping *sync.WaitGroup // the fetch's cache writes in the background
+	blob     rafs.Digest // as the Router, the holdings and parents know it
+	atOrigin rafs.Digest // as the origin registry knows it
+	up       registry.Ref
+	keeping  *sync.WaitGroup // the fetch's cache writes in the background
 
 	// all are the group's flights by ordinal, pending or not; set
 	// before the fetch starts and not changed after.
@@ -117,7 +118,7 @@ func (g *group) left() int {
 
 // fetch gets the chunks of the flights it leads and finishes every one of
 // them, with its bytes or an error, before it returns.
-func (e *Engine) fetch(ctx context.Context, up registry.Ref, blob rafs.Digest, lead []*flight) {
+func (e *Engine) fetch(ctx context.Context, up registry.Ref, blob, atOrigin rafs.Digest, lead []*flight) {
 	all := lead
 	var keeping sync.WaitGroup
 	defer func() {
@@ -145,7 +146,7 @@ func (e *Engine) fetch(ctx context.Context, up registry.Ref, blob rafs.Digest, l
 	// The protocol names chunks by ordinal: a batch with two chunks of one
 	// ordinal (only a broken request has them) is fetched in groups.
 	for len(lead) > 0 && ctx.Err() == nil {
-		g := &group{blob: blob, up: up, keeping: &keeping, pending: make(map[uint32]*flight), all: make(map[uint32]*flight)}
+		g := &group{blob: blob, atOrigin: atOrigin, up: up, keeping: &keeping, pending: make(map[uint32]*flight), all: make(map[uint32]*flight)}
 		var rest []*flight
 		for _, f := range lead {
 			if _, dup := g.pending[f.want.Ordinal]; dup {

@@ -114,7 +114,7 @@ func (e *Engine) fetchRun(ctx context.Context, g *group, run originRun, turn boo
 			stored := buf[int64(c.CompressedOffset)-run.off:][:c.CompressedSize]
 			if err := rafs.VerifyChunk(c, stored, scratch); err != nil {
 				bad = append(bad, c.Ordinal)
-				err = fmt.Errorf("origin: chunk %d of blob %s fails verification: %w", c.Ordinal, g.blob, err)
+				err = fmt.Errorf("origin: chunk %d of blob %s fails verification: %w", c.Ordinal, g.atOrigin, err)
 				e.log.Warn("origin bytes fail verification; failing the chunk", "err", err)
 				e.failNow(g, []rafs.Chunk{c}, err)
 				continue
@@ -124,8 +124,8 @@ func (e *Engine) fetchRun(ctx context.Context, g *group, run originRun, turn boo
 	}()
 	var err error
 	if so, ok := e.origin.(StreamingOrigin); ok {
-		err = so.ReadRangeFunc(ctx, g.up, g.blob, run.off, buf, progress)
-	} else if err = e.origin.ReadRange(ctx, g.up, g.blob, run.off, buf); err == nil {
+		err = so.ReadRangeFunc(ctx, g.up, g.atOrigin, run.off, buf, progress)
+	} else if err = e.origin.ReadRange(ctx, g.up, g.atOrigin, run.off, buf); err == nil {
 		progress(len(buf))
 	}
 	close(arrived)
@@ -146,7 +146,7 @@ func (e *Engine) fetchRun(ctx context.Context, g *group, run originRun, turn boo
 	if ctx.Err() != nil {
 		return
 	}
-	err = fmt.Errorf("origin: read %d bytes at %d of blob %s: %w", len(buf), run.off, g.blob, err)
+	err = fmt.Errorf("origin: read %d bytes at %d of blob %s: %w", len(buf), run.off, g.atOrigin, err)
 	if !e.transient(err) {
 		e.failNow(g, rest, err)
 		return

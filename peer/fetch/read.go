@@ -18,7 +18,7 @@ import (
 // error then wraps a *chunkapi.ChunkError naming it.
 func (e *Engine) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
-	return e.readChunks(ctx, up, blob, chunks, true, deliver)
+	return e.readChunks(ctx, up, blob, blob, chunks, true, deliver)
 }
 
 // ReadChunksEarly implements proxy.EarlyChunkSource: it is ReadChunks
@@ -26,12 +26,22 @@ func (e *Engine) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Dige
 // node caches and announces it.
 func (e *Engine) ReadChunksEarly(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
-	return e.readChunks(ctx, up, blob, chunks, false, deliver)
+	return e.readChunks(ctx, up, blob, blob, chunks, false, deliver)
 }
 
-// readChunks is ReadChunks, which waits until a fetched chunk is kept
-// (cached and announced) before delivering it when waitKept is set.
-func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk, waitKept bool,
+// ReadPieces is ReadChunks of chunks of blob under another name: name
+// is what the Router, the holdings and other peers know them by (a plain
+// blob's pieces travel under the blob's plain key: peer/plain.go), blob
+// what the origin registry is asked for.
+func (e *Engine) ReadPieces(ctx context.Context, up registry.Ref, name, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	return e.readChunks(ctx, up, name, blob, chunks, true, deliver)
+}
+
+// readChunks is ReadChunks of chunks named blob and read from the origin
+// as atOrigin, which waits until a fetched chunk is kept (cached and
+// announced) before delivering it when waitKept is set.
+func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob, atOrigin rafs.Digest, chunks []rafs.Chunk, waitKept bool,
 	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
 	if len(chunks) == 0 {
 		return nil
@@ -57,7 +67,7 @@ func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob rafs.Dige
 	}
 	flights := make(map[int]*flight, len(missIdx))
 	if len(missChunks) > 0 {
-		fs := e.join(up, blob, missChunks)
+		fs := e.join(up, blob, atOrigin, missChunks)
 		defer e.leave(fs)
 		for j, i := range missIdx {
 			flights[i] = fs[j]
@@ -84,7 +94,7 @@ func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob rafs.Dige
 				continue
 			}
 			// Evicted since Has, or corrupt: fetch it on its own.
-			fs := e.join(up, blob, []rafs.Chunk{c})
+			fs := e.join(up, blob, atOrigin, []rafs.Chunk{c})
 			defer e.leave(fs)
 			f = fs[0]
 		}
