@@ -18,9 +18,10 @@
 //     description of the chunk, so that one reader's bogus registry,
 //     credentials or description cannot fail another's read.
 //   - group.go: the retry loop of a batch of misses (a group): rounds until
-//     every chunk arrived or FetchDeadline passed without progress; keep,
-//     where a verified chunk lands (handed to the reads, then cached,
-//     held and announced in the background).
+//     every chunk arrived or FetchDeadline passed without progress.
+//   - keep.go: where a verified chunk lands (handed to the reads, then
+//     cached, held and announced in the background), and the cache
+//     looked at again before a later round.
 //   - round.go: one round: ask the Router (Route), let decide plan it, and
 //     run the plan: parents (several at once), this node's origin turns,
 //     recent parents and then the origin when no Router answers, and
