@@ -35,7 +35,7 @@ func (n *Node) Missed(blob rafs.Digest, k cache.Key) {
 
 func (n *Node) dropHoldings(gone map[rafs.Digest][]uint32) {
 	for blob, ords := range gone {
-		n.m.dropped(len(ords))
+		n.m.Dropped(len(ords))
 		n.router.Drop(blob, ords)
 	}
 }

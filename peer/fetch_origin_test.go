@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"damselfly/peer/fetch"
 	"damselfly/rafs"
 	"damselfly/rafs/registry"
 )
@@ -21,7 +22,7 @@ type cuttingOrigin struct {
 	reads [][2]int64 // off, len
 }
 
-var _ StreamingOrigin = (*cuttingOrigin)(nil)
+var _ fetch.StreamingOrigin = (*cuttingOrigin)(nil)
 
 func (o *cuttingOrigin) ReadRange(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, p []byte) error {
 	return o.ReadRangeFunc(ctx, ref, blob, off, p, func(int) {})

@@ -5,55 +5,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"damselfly/peer/cache"
-	"damselfly/peer/exchange"
+	"damselfly/peer/fetch"
 	"damselfly/rafs"
 	"damselfly/scheduler"
 )
-
-func TestOriginRuns(t *testing.T) {
-	cs := []rafs.Chunk{
-		{Ordinal: 2, CompressedOffset: 200, CompressedSize: 100},
-		{Ordinal: 0, CompressedOffset: 0, CompressedSize: 100},
-		{Ordinal: 1, CompressedOffset: 100, CompressedSize: 100},
-		{Ordinal: 4, CompressedOffset: 500, CompressedSize: 100}, // gap before it
-		{Ordinal: 5, CompressedOffset: 600, CompressedSize: 1000},
-	}
-	runs := originRuns(cs, 300)
-	type span struct{ off, end int64 }
-	var got []span
-	for _, r := range runs {
-		got = append(got, span{r.off, r.end})
-	}
-	want := []span{{0, 300}, {500, 600}, {600, 1600}}
-	if len(got) != len(want) {
-		t.Fatalf("got runs %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("run %d: got %v, want %v", i, got[i], want[i])
-		}
-	}
-}
-
-func TestSplitBatches(t *testing.T) {
-	var cs []rafs.Chunk
-	for i := range exchange.MaxChunksPerBatch + 10 {
-		cs = append(cs, rafs.Chunk{Ordinal: uint32(i), CompressedSize: 1, Size: 1})
-	}
-	if b := splitBatches(cs); len(b) != 2 || len(b[0]) != exchange.MaxChunksPerBatch {
-		t.Errorf("got %d batches, want 2 with the first full", len(b))
-	}
-	big := []rafs.Chunk{{Size: 16 << 20, CompressedSize: 1}, {Size: 16 << 20, CompressedSize: 1}, {Size: 16 << 20, CompressedSize: 1},
-		{Size: 16 << 20, CompressedSize: 1}, {Size: 16 << 20, CompressedSize: 1}}
-	if b := splitBatches(big); len(b) != 2 {
-		t.Errorf("got %d batches of 5 x 16 MiB, want 2", len(b))
-	}
-}
 
 func TestNodeConfigValidate(t *testing.T) {
 	if err := DefaultNode().Validate(); err != nil {
@@ -93,7 +52,7 @@ func TestChunkCachedMidFetchIsAnnounced(t *testing.T) {
 	// Announcements are slowed, so a read let go before its chunk was
 	// announced would be seen below.
 	a := newNode(t, clusterKey(t), st, nodeOpts{
-		router: func(r *router) Router { return slowAnnounceRouter{r, 50 * time.Millisecond} },
+		router: func(r *router) fetch.Router { return slowAnnounceRouter{r, 50 * time.Millisecond} },
 	})
 	c := img.chunks[3]
 	const other, third = "other-peer", "third-peer"
@@ -159,47 +118,4 @@ type slowAnnounceRouter struct {
 func (r slowAnnounceRouter) Announce(blob rafs.Digest, chunks []uint32) {
 	time.Sleep(r.pause)
 	r.router.Announce(blob, chunks)
-}
-
-// abandonRouter records Abandons.
-type abandonRouter struct {
-	*router
-	mu        *sync.Mutex
-	abandoned *[]uint32
-}
-
-func (r abandonRouter) Abandon(blob rafs.Digest, chunks []uint32) {
-	r.mu.Lock()
-	*r.abandoned = append(*r.abandoned, chunks...)
-	r.mu.Unlock()
-	r.router.Abandon(blob, chunks)
-}
-
-// Turns an answer grants for chunks the group no longer waits for go back
-// at once when their flights are done (the chunk came another way, or
-// failed), and are left to the announcement when the chunk is still
-// being kept; pending chunks and chunks of no flight of the group are
-// not touched.
-func TestStrayTurnsGivenBack(t *testing.T) {
-	t.Parallel()
-	var mu sync.Mutex
-	var abandoned []uint32
-	n := newNode(t, clusterKey(t), newScheduler(t), nodeOpts{
-		router: func(r *router) Router { return abandonRouter{r, &mu, &abandoned} },
-	})
-	fl := func(kept bool) *flight {
-		return &flight{kept: kept, ready: make(chan struct{}), done: make(chan struct{})}
-	}
-	done, keeping, pending := fl(true), fl(false), fl(false)
-	g := &group{blob: rafs.Digest{1}, all: map[uint32]*flight{1: done, 2: keeping, 3: pending}, pending: map[uint32]*flight{3: pending}}
-	n.strayTurns(g, []uint32{1, 2, 3, 4})
-	mu.Lock()
-	got := slices.Clone(abandoned)
-	mu.Unlock()
-	if !slices.Equal(got, []uint32{1}) {
-		t.Errorf("abandoned %v, want [1]", got)
-	}
-	if s := n.Stats(); s.StrayTurns != 1 {
-		t.Errorf("StrayTurns = %d, want 1", s.StrayTurns)
-	}
 }

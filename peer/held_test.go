@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"damselfly/peer/fetch"
 	"damselfly/rafs"
+	"damselfly/rafs/route"
 	"damselfly/scheduler"
 )
 
@@ -42,14 +44,14 @@ type heldRouter struct {
 	news *announcements
 }
 
-var _ RouteWaiter = heldRouter{}
+var _ fetch.RouteWaiter = heldRouter{}
 
 func (r heldRouter) Announce(blob rafs.Digest, chunks []uint32) {
 	r.router.Announce(blob, chunks)
 	r.news.signal()
 }
 
-func (r heldRouter) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (Route, error) {
+func (r heldRouter) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (route.Route, error) {
 	news := r.news.next() // before routing: an announcement in between counts
 	rt, err := r.Route(ctx, blob, chunks)
 	if err != nil || len(rt.Parents) > 0 || len(rt.Origin) > 0 {
@@ -61,7 +63,7 @@ func (r heldRouter) RouteWait(ctx context.Context, blob rafs.Digest, chunks []ui
 	case <-news:
 	case <-t.C:
 	case <-ctx.Done():
-		return Route{}, ctx.Err()
+		return route.Route{}, ctx.Err()
 	}
 	return r.Route(ctx, blob, chunks)
 }
@@ -78,7 +80,7 @@ func TestHeldRouteFetchesAtOnce(t *testing.T) {
 	key := clusterKey(t)
 	news := &announcements{}
 	held := nodeOpts{
-		router: func(r *router) Router { return heldRouter{r, news} },
+		router: func(r *router) fetch.Router { return heldRouter{r, news} },
 		// MaxRetryDelay bounds a held route's wait too: leave it long.
 		cfg: func(c *NodeConfig) { c.MaxRetryDelay = 5 * time.Second },
 	}

@@ -25,9 +25,11 @@ import (
 
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
+	"damselfly/peer/fetch"
 	dhost "damselfly/peer/host"
 	"damselfly/rafs"
 	"damselfly/rafs/registry"
+	"damselfly/rafs/route"
 	"damselfly/scheduler"
 )
 
@@ -207,10 +209,10 @@ type router struct {
 	mu        sync.Mutex
 	announced map[rafs.Digest][]uint32
 	dropped   map[rafs.Digest][]uint32
-	reports   []Outcome
+	reports   []route.Outcome
 }
 
-var _ Router = (*router)(nil)
+var _ fetch.Router = (*router)(nil)
 
 func newRouter(t testing.TB, st *scheduler.State, h *dhost.Host) *router {
 	t.Helper()
@@ -224,33 +226,33 @@ func newRouter(t testing.TB, st *scheduler.State, h *dhost.Host) *router {
 	return &router{st: st, id: h.ID(), announced: map[rafs.Digest][]uint32{}, dropped: map[rafs.Digest][]uint32{}}
 }
 
-func (r *router) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (Route, error) {
+func (r *router) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (route.Route, error) {
 	if r.down.Load() {
-		return Route{}, fmt.Errorf("test router down: %w", ErrNoRoute)
+		return route.Route{}, fmt.Errorf("test router down: %w", route.ErrNoRoute)
 	}
 	ans, err := r.st.Parents(r.id.String(), blob, chunks, time.Now())
 	if err != nil {
-		return Route{}, err
+		return route.Route{}, err
 	}
-	var out Route
+	var out route.Route
 	for _, p := range ans.Parents {
 		id, err := lpeer.Decode(p.ID)
 		if err != nil {
-			return Route{}, err
+			return route.Route{}, err
 		}
 		info := lpeer.AddrInfo{ID: id}
 		for _, a := range p.Addrs {
 			m, err := ma.NewMultiaddr(a)
 			if err != nil {
-				return Route{}, err
+				return route.Route{}, err
 			}
 			info.Addrs = append(info.Addrs, m)
 		}
-		out.Parents = append(out.Parents, Parent{Info: info, Chunks: p.Chunks})
+		out.Parents = append(out.Parents, route.Parent{Info: info, Chunks: p.Chunks})
 	}
 	out.Origin = ans.Origin
 	for _, w := range ans.Wait {
-		out.Wait = append(out.Wait, Wait{Chunks: w.Chunks, RetryAfter: w.RetryAfter})
+		out.Wait = append(out.Wait, route.Wait{Chunks: w.Chunks, RetryAfter: w.RetryAfter})
 	}
 	return out, nil
 }
@@ -275,7 +277,7 @@ func (r *router) Abandon(blob rafs.Digest, chunks []uint32) {
 	_, _ = r.st.AbandonOrigin(r.id.String(), blob, chunks, time.Now())
 }
 
-func (r *router) Report(parent lpeer.ID, o Outcome) {
+func (r *router) Report(parent lpeer.ID, o route.Outcome) {
 	r.mu.Lock()
 	r.reports = append(r.reports, o)
 	r.mu.Unlock()
@@ -285,7 +287,7 @@ func (r *router) Report(parent lpeer.ID, o Outcome) {
 	}, time.Now())
 }
 
-func (r *router) snapshot() (announced, dropped map[rafs.Digest][]uint32, reports []Outcome) {
+func (r *router) snapshot() (announced, dropped map[rafs.Digest][]uint32, reports []route.Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	announced, dropped = map[rafs.Digest][]uint32{}, map[rafs.Digest][]uint32{}
@@ -304,7 +306,7 @@ type node struct {
 	cache  *cache.Cache
 	srv    *exchange.Server
 	router *router
-	wrap   func(*router) Router
+	wrap   func(*router) fetch.Router
 	*Node
 	stop func() // stops Run and closes the Node
 }
@@ -321,7 +323,7 @@ type nodeOpts struct {
 	// server edits the exchange server's configuration.
 	server func(*exchange.ServerConfig)
 	// router wraps the node's test router (nil: the router itself).
-	router func(*router) Router
+	router func(*router) fetch.Router
 }
 
 func newScheduler(t testing.TB) *scheduler.State {
@@ -392,7 +394,7 @@ func (n *node) start(t testing.TB, edit func(*NodeConfig)) {
 	if edit != nil {
 		edit(&cfg)
 	}
-	var r Router = n.router
+	var r fetch.Router = n.router
 	if n.wrap != nil {
 		r = n.wrap(n.router)
 	}

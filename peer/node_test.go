@@ -13,8 +13,10 @@ import (
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 
 	"damselfly/peer/cache"
+	"damselfly/peer/fetch"
 	"damselfly/rafs"
 	"damselfly/rafs/chunkapi"
+	"damselfly/rafs/route"
 )
 
 func TestPeerServesWhatAnotherRead(t *testing.T) {
@@ -260,7 +262,7 @@ func TestBadPeerReportedAndAvoided(t *testing.T) {
 	if !found {
 		t.Errorf("reports %+v: none accuses chunk %d", reports, bad.Ordinal)
 	}
-	if !b.avoided(a.h.ID()) {
+	if !b.eng.Avoided(a.h.ID()) {
 		t.Error("B still asks A")
 	}
 }
@@ -270,7 +272,7 @@ func TestBadPeerReportedAndAvoided(t *testing.T) {
 // naming the peer the reports were about.
 type deafRouter struct{ *router }
 
-func (r deafRouter) Report(_ lpeer.ID, o Outcome) {
+func (r deafRouter) Report(_ lpeer.ID, o route.Outcome) {
 	r.mu.Lock()
 	r.reports = append(r.reports, o)
 	r.mu.Unlock()
@@ -287,7 +289,7 @@ func TestBadPeerNamedAgain(t *testing.T) {
 	st, key := newScheduler(t), clusterKey(t)
 	a := newNode(t, key, st, nodeOpts{noVerify: true})
 	b := newNode(t, key, st, nodeOpts{
-		router: func(r *router) Router { return deafRouter{r} },
+		router: func(r *router) fetch.Router { return deafRouter{r} },
 		// Longer than the reads may take: a reader that waits for the
 		// scheduler fails the test.
 		cfg: func(c *NodeConfig) { c.FetchDeadline = time.Minute },
@@ -305,7 +307,7 @@ func TestBadPeerNamedAgain(t *testing.T) {
 	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks); err != nil {
 		t.Fatalf("B: %v", err)
 	}
-	if !b.avoided(a.h.ID()) {
+	if !b.eng.Avoided(a.h.ID()) {
 		t.Fatalf("B does not avoid A; B %+v", b.Stats())
 	}
 	if got := o.bytes.Load() - before; got < storedBytes(img.chunks[k:k+1]) {
@@ -432,7 +434,7 @@ func TestReadAfterClose(t *testing.T) {
 	a := newNode(t, key, st, nodeOpts{})
 	a.stop()
 	err := readAll(testCtx(t), a.Node, o.ref(), img.blob, img.chunks[:2])
-	if !errors.Is(err, ErrClosed) {
+	if !errors.Is(err, fetch.ErrClosed) {
 		t.Fatalf("got %v, want ErrClosed", err)
 	}
 	if err := a.Close(); err != nil {

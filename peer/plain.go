@@ -12,9 +12,11 @@ import (
 
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
+	"damselfly/peer/fetch"
 	"damselfly/rafs"
 	"damselfly/rafs/piece"
 	"damselfly/rafs/registry"
+	"damselfly/rafs/route"
 )
 
 // Plain (non-RAFS) blobs pulled through the mirror travel between peers
@@ -30,43 +32,12 @@ import (
 // by the blob's plain key, not its digest, so that piece ordinals never
 // mix with the chunk ordinals of a RAFS blob with the same digest (a RAFS
 // blob can be pulled through the mirror too). The origin is asked for the
-// blob itself (pieceOrigin maps the key back).
+// blob itself (fetch.Engine.ReadPieces takes both names).
 func plainKey(blob rafs.Digest) rafs.Digest {
 	h := sha256.New()
 	h.Write([]byte("damselfly plain blob pieces v1\x00"))
 	h.Write(blob[:])
 	return rafs.Digest(h.Sum(nil))
-}
-
-// pieceOrigin is the node's Origin: a read of a plain key reads its blob.
-type pieceOrigin struct {
-	Origin
-	p *plainState
-}
-
-var _ StreamingOrigin = pieceOrigin{}
-
-func (o pieceOrigin) ReadRange(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, b []byte) error {
-	if real, ok := o.p.blobOf(blob); ok {
-		blob = real
-	}
-	return o.Origin.ReadRange(ctx, ref, blob, off, b)
-}
-
-// ReadRangeFunc keeps the wrapped origin's streaming, when it streams, so
-// that wrapping it does not hide the capability from fetchRun.
-func (o pieceOrigin) ReadRangeFunc(ctx context.Context, ref registry.Ref, blob rafs.Digest, off int64, b []byte, progress func(n int)) error {
-	if real, ok := o.p.blobOf(blob); ok {
-		blob = real
-	}
-	if so, ok := o.Origin.(StreamingOrigin); ok {
-		return so.ReadRangeFunc(ctx, ref, blob, off, b, progress)
-	}
-	if err := o.Origin.ReadRange(ctx, ref, blob, off, b); err != nil {
-		return err
-	}
-	progress(len(b))
-	return nil
 }
 
 // Bounds of the plain blob state.
@@ -84,29 +55,7 @@ type plainState struct {
 	tables  map[rafs.Digest]*plainTable
 	order   []rafs.Digest // of tables, oldest first
 	pending map[rafs.Digest]tableSource
-	turns   map[rafs.Digest]struct{}    // origin turns for piece 0
-	keys    map[rafs.Digest]rafs.Digest // plain key to blob
-}
-
-// key returns blob's plain key and remembers the way back.
-func (p *plainState) key(blob rafs.Digest) rafs.Digest {
-	k := plainKey(blob)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, ok := p.keys[k]; !ok {
-		if len(p.keys) >= 4*maxPlainTables {
-			clear(p.keys) // rebuilt by the reads that need them
-		}
-		p.keys[k] = blob
-	}
-	return k
-}
-
-func (p *plainState) blobOf(k rafs.Digest) (rafs.Digest, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	b, ok := p.keys[k]
-	return b, ok
+	turns   map[rafs.Digest]struct{} // origin turns for piece 0
 }
 
 // plainTable is a verified table and its encoding, as served.
@@ -129,7 +78,6 @@ func newPlainState(store tableStore) *plainState {
 		tables:  make(map[rafs.Digest]*plainTable),
 		pending: make(map[rafs.Digest]tableSource),
 		turns:   make(map[rafs.Digest]struct{}),
-		keys:    make(map[rafs.Digest]rafs.Digest),
 	}
 }
 
@@ -246,30 +194,29 @@ func (n *Node) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Digest
 	if t := n.plain.get(blob); t != nil {
 		return t, true
 	}
-	if !askPeers || n.life.Err() != nil {
+	if !askPeers || n.eng.Closed() {
 		return nil, false
 	}
 	var cands []lpeer.AddrInfo
 	assigned := false
-	key := n.plain.key(blob)
-	route, err := n.route(ctx, key, []uint32{0})
+	key := plainKey(blob)
+	rt, err := n.eng.Route(ctx, key, []uint32{0})
 	switch {
 	case err != nil:
-		cands = n.recent.parents(key, []uint32{0}, maxTableSources, time.Now(), func(id lpeer.ID) bool {
-			return id == n.h.ID() || n.avoided(id)
+		cands = n.eng.RecentParents(key, []uint32{0}, maxTableSources, func(id lpeer.ID) bool {
+			return id == n.h.ID() || n.eng.Avoided(id)
 		})
-	case len(route.Origin) > 0:
+	case len(rt.Origin) > 0:
 		n.plain.setTurn(blob)
 		return nil, false
 	default:
 		assigned = true
-		now := time.Now()
-		for _, p := range route.Parents {
+		for _, p := range rt.Parents {
 			if p.Info.ID == n.h.ID() || len(p.Chunks) == 0 {
 				continue
 			}
-			n.recent.learn(key, p.Info, p.Chunks, now)
-			if !n.avoided(p.Info.ID) {
+			n.eng.Learn(key, p.Info, p.Chunks)
+			if !n.eng.Avoided(p.Info.ID) {
 				cands = append(cands, p.Info)
 			}
 		}
@@ -284,8 +231,8 @@ func (n *Node) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Digest
 		t, err := exchange.FetchTable(ctx, n.h, p.ID, blob)
 		if err != nil {
 			if errors.Is(err, exchange.ErrProtocol) {
-				n.avoidPeer(p.ID)
-				n.m.badPeer()
+				n.eng.AvoidBad(p.ID)
+				n.m.BadPeer()
 				n.log.Warn("peer sent a broken piece table; avoiding it", "peer", p.ID, "blob", blob, "err", err)
 			} else {
 				n.log.Debug("no piece table from peer", "peer", p.ID, "blob", blob, "err", err)
@@ -308,7 +255,7 @@ func (n *Node) SettleTable(blob rafs.Digest, t *piece.Table, matched bool) {
 	if matched {
 		n.plain.keep(t)
 		if fromPeer && src.assigned {
-			n.router.Report(src.peer, Outcome{Blob: plainKey(blob), OK: true, Duration: time.Since(src.at)})
+			n.router.Report(src.peer, route.Outcome{Blob: plainKey(blob), OK: true, Duration: time.Since(src.at)})
 		}
 		return
 	}
@@ -318,11 +265,11 @@ func (n *Node) SettleTable(blob rafs.Digest, t *piece.Table, matched bool) {
 		n.log.Error("a verified piece table read a blob that fails its digest", "blob", blob)
 		return
 	}
-	n.avoidPeer(src.peer)
-	n.m.badPeer()
+	n.eng.AvoidBad(src.peer)
+	n.m.BadPeer()
 	n.log.Warn("peer's piece table does not give its blob; avoiding it", "peer", src.peer, "blob", blob)
 	if src.assigned {
-		n.router.Report(src.peer, Outcome{Blob: plainKey(blob), BadBytes: true, BadChunk: 0, Duration: time.Since(src.at)})
+		n.router.Report(src.peer, route.Outcome{Blob: plainKey(blob), BadBytes: true, BadChunk: 0, Duration: time.Since(src.at)})
 	}
 }
 
@@ -354,7 +301,7 @@ func (n *Node) ReadPieces(ctx context.Context, up registry.Ref, t *piece.Table, 
 		cs = missing
 		deliver = func(int, rafs.Chunk, []byte) error { return nil }
 	}
-	return n.ReadChunks(ctx, up, n.plain.key(t.Blob), cs, deliver)
+	return n.eng.ReadPieces(ctx, up, plainKey(t.Blob), t.Blob, cs, deliver)
 }
 
 // RecordBlob implements proxy.BlobSource: the returned recorder cuts the
@@ -433,6 +380,6 @@ func (r *recorder) Finish(complete bool) error {
 	}
 	n.plain.keep(t)
 	n.router.Announce(key, ords)
-	n.m.delivered(sourceOrigin, int(t.Size))
+	n.m.Delivered(fetch.SourceOrigin, int(t.Size))
 	return nil
 }

@@ -29,6 +29,7 @@ import (
 	"damselfly/rafs"
 	"damselfly/rafs/piece"
 	"damselfly/rafs/registry"
+	"damselfly/rafs/route"
 	"damselfly/scheduler"
 )
 
@@ -253,7 +254,7 @@ func TestPlainBlobCorruptPiece(t *testing.T) {
 	a.mustGet(t, "test/plain", blob, "", data, http.StatusOK)
 	before := reg.blobBytes.Load()
 	b.mustGet(t, "test/plain", blob, "", data, http.StatusOK)
-	if !b.avoided(a.h.ID()) {
+	if !b.eng.Avoided(a.h.ID()) {
 		t.Fatalf("B does not avoid A after a bad piece; B %+v, registry %d", b.Stats(), reg.blobBytes.Load()-before)
 	}
 	if got := reg.blobBytes.Load() - before; got <= 0 || got >= int64(len(data)) {
@@ -325,7 +326,7 @@ func lyingTable(t *testing.T, size int) {
 		t.Fatalf("GET of one piece through a lying table: got %d, %d bytes (equal %v), err %v; want the blob from the origin",
 			code, len(body), bytes.Equal(body, data), err)
 	}
-	if !b.avoided(m.h.ID()) {
+	if !b.eng.Avoided(m.h.ID()) {
 		t.Fatal("B does not avoid the peer with the lying table")
 	}
 	for i := range ft.Count() {
@@ -342,7 +343,7 @@ func lyingTable(t *testing.T, size int) {
 	}
 }
 
-func hasBadReport(rs []Outcome, blob rafs.Digest) bool {
+func hasBadReport(rs []route.Outcome, blob rafs.Digest) bool {
 	for _, o := range rs {
 		if o.Blob == blob && o.BadBytes {
 			return true

@@ -9,6 +9,7 @@ import (
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	"damselfly/rafs"
+	"damselfly/rafs/route"
 	"damselfly/scheduler"
 )
 
@@ -47,7 +48,7 @@ func newStallingNode(t *testing.T, key string, st *scheduler.State, at rafs.Dige
 	return n, ss
 }
 
-func reportsAbout(rs []Outcome) (ok, failed, missing int) {
+func reportsAbout(rs []route.Outcome) (ok, failed, missing int) {
 	for _, r := range rs {
 		switch {
 		case r.OK:
@@ -167,7 +168,7 @@ func TestStalledOnlyHolderCutOff(t *testing.T) {
 	if s.SlowPeers != 1 {
 		t.Errorf("slow-peer cutoffs %d, want 1", s.SlowPeers)
 	}
-	if !c.slowAvoided(a.h.ID()) {
+	if !c.eng.Skips(a.h.ID()) || c.eng.Avoided(a.h.ID()) { // avoided as slow, not as a liar
 		t.Error("C still asks A")
 	}
 	if got, want := o.bytes.Load()-originBefore, storedBytes(img.chunks[k:]); got != want {

@@ -10,6 +10,7 @@ import (
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
+	"damselfly/peer/preheat"
 	"damselfly/proxy"
 	"damselfly/rafs"
 	"damselfly/rafs/registry"
@@ -58,7 +59,7 @@ type Config struct {
 	// its route_timeout bounds the scheduler client's Route too.
 	Node peer.NodeConfig `mapstructure:"node" config:"advanced"`
 	// MaxBootstrapBytes is the largest bootstrap a preheated image's
-	// bootstrap layer may inflate to (peer.PreheatConfig.MaxBootstrapSize).
+	// bootstrap layer may inflate to (preheat.Config.MaxBootstrapSize).
 	MaxBootstrapBytes int64 `mapstructure:"max_bootstrap_bytes" config:"advanced"`
 }
 
@@ -156,7 +157,7 @@ func (c Config) Validate() error {
 	if s, ok := c.scheduler(); ok {
 		errs = append(errs, field.In("scheduler", s.Validate()))
 	}
-	if err := peer.ValidMaxBootstrapSize(c.MaxBootstrapBytes); err != nil {
+	if err := preheat.ValidMaxBootstrapSize(c.MaxBootstrapBytes); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

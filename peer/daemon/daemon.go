@@ -16,7 +16,9 @@ import (
 	"damselfly/peer"
 	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
+	"damselfly/peer/fetch"
 	dhost "damselfly/peer/host"
+	"damselfly/peer/preheat"
 	"damselfly/proxy"
 	"damselfly/rafs/registry"
 	"damselfly/scheduler"
@@ -27,6 +29,13 @@ import (
 var (
 	_ proxy.EarlyChunkSource = (*peer.Node)(nil)
 	_ proxy.BlobSource       = (*peer.Node)(nil)
+)
+
+// The scheduler client is the node's Router; neither package imports the
+// other (their shared types are rafs/route).
+var (
+	_ fetch.Router      = (*client.Client)(nil)
+	_ fetch.RouteWaiter = (*client.Client)(nil)
 )
 
 // setupTimeout bounds starting the libp2p host.
@@ -42,7 +51,7 @@ type Daemon struct {
 	sched *client.Client // nil without schedulers
 	up    *registry.Client
 	node  *peer.Node
-	heat  *peer.Preheater
+	heat  *client.PreheatServer
 	proxy *proxy.Server
 
 	closers []func() error // in the order of making; called in reverse
@@ -94,7 +103,7 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	d.onClose(d.exch.Close)
 	d.reg.MustRegister(newExchangeCollector(d.exch))
 
-	var router peer.Router
+	var router fetch.Router
 	if scfg, ok := cfg.scheduler(); ok {
 		if d.sched, err = client.New(d.host, scfg, log.With("part", "scheduler-client")); err != nil {
 			return nil, fmt.Errorf("scheduler client: %w", err)
@@ -122,7 +131,11 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	d.exch.SetMissHook(d.node.Missed)
 	d.exch.SetPartOfHook(d.node.PartOf)
 	d.onClose(func() error { d.exch.SetMissHook(nil); d.exch.SetPartOfHook(nil); return nil })
-	if d.heat, err = peer.NewPreheater(d.node, cfg.preheat(), log.With("part", "preheat")); err != nil {
+	work, err := preheat.New(d.node, cfg.preheat(), log.With("part", "preheat"))
+	if err != nil {
+		return nil, fmt.Errorf("preheat: %w", err)
+	}
+	if d.heat, err = client.NewPreheatServer(d.host, cfg.preheatStreams(), work, log.With("part", "preheat")); err != nil {
 		return nil, fmt.Errorf("preheat: %w", err)
 	}
 	d.onClose(d.heat.Close)
@@ -179,14 +192,20 @@ func (d *Daemon) Node() *peer.Node { return d.node }
 func (d *Daemon) CacheStats() cache.Stats { return d.cache.Stats() }
 
 // Preheater serves the schedulers' preheat requests (for tests).
-func (d *Daemon) Preheater() *peer.Preheater { return d.heat }
+func (d *Daemon) Preheater() *client.PreheatServer { return d.heat }
 
-// preheat is the Preheater's configuration: the schedulers this peer
-// is configured with may ask, through the upstream's registries and
-// credentials.
-func (c Config) preheat() peer.PreheatConfig {
-	p := peer.DefaultPreheat()
+// preheatStreams is who may ask for preheats: the schedulers this peer
+// is configured with.
+func (c Config) preheatStreams() client.PreheatConfig {
+	p := client.DefaultPreheat()
 	p.Schedulers = c.Scheduler.Schedulers
+	return p
+}
+
+// preheat is how preheats read images: through the upstream's
+// registries and credentials.
+func (c Config) preheat() preheat.Config {
+	p := preheat.Default()
 	p.PlainHTTP = c.Upstream.PlainHTTP
 	p.DockerConfigFile = c.Upstream.DockerConfigFile
 	p.MaxBootstrapSize = c.MaxBootstrapBytes

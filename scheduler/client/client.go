@@ -12,18 +12,12 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 
-	dpeer "damselfly/peer"
 	"damselfly/rafs"
 	"damselfly/scheduler"
 )
 
-var (
-	_ dpeer.Router      = (*Client)(nil)
-	_ dpeer.RouteWaiter = (*Client)(nil)
-)
-
 // Client is a peer's connection to its schedulers. It implements
-// peer.Router; Run keeps the memberships and delivers what Announce, Drop,
+// the fetch engine's Router (its route types are rafs/route); Run keeps the memberships and delivers what Announce, Drop,
 // Abandon and Report queue. All methods are safe for concurrent use.
 type Client struct {
 	h       host.Host

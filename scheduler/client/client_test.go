@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	dpeer "damselfly/peer"
 	"damselfly/rafs"
+	"damselfly/rafs/route"
 	"damselfly/scheduler"
 	"damselfly/scheduler/server"
 	"damselfly/scheduler/wire"
@@ -22,9 +22,9 @@ var blob1 = rafs.Digest{0xb1}
 
 // route asks until the answer names a parent (announcements are
 // delivered in the background).
-func routeToParent(t *testing.T, c *Client, blob rafs.Digest, chunks []uint32) dpeer.Route {
+func routeToParent(t *testing.T, c *Client, blob rafs.Digest, chunks []uint32) route.Route {
 	t.Helper()
-	var rt dpeer.Route
+	var rt route.Route
 	eventually(t, "a route naming a parent", func() bool {
 		var err error
 		rt, err = c.Route(t.Context(), blob, chunks)
@@ -61,7 +61,7 @@ func TestAnnounceRoute(t *testing.T) {
 		t.Errorf("origin: got %v, want [3]", rt.Origin)
 	}
 	b.Abandon(blob1, []uint32{3})
-	b.Report(ha.ID(), dpeer.Outcome{Blob: blob1, Bytes: 10, Duration: time.Millisecond, OK: true})
+	b.Report(ha.ID(), route.Outcome{Blob: blob1, Bytes: 10, Duration: time.Millisecond, OK: true})
 	eventually(t, "the report to count", func() bool {
 		for _, v := range s.srv.State().Peers(time.Now()) {
 			if v.ID == ha.ID().String() && v.Reports == 1 {
@@ -166,11 +166,11 @@ func TestNoScheduler(t *testing.T) {
 	a := startClient(t, ha, cfg)
 	for i := range 2 * cfg.QueueSize {
 		a.Announce(blob1, []uint32{uint32(i)})
-		a.Report(ha.ID(), dpeer.Outcome{Blob: blob1})
+		a.Report(ha.ID(), route.Outcome{Blob: blob1})
 		a.Abandon(blob1, []uint32{1})
 	}
 	_, err := a.Route(t.Context(), blob1, []uint32{0})
-	if !errors.Is(err, dpeer.ErrNoRoute) {
+	if !errors.Is(err, route.ErrNoRoute) {
 		t.Fatalf("got %v, want ErrNoRoute", err)
 	}
 	// Once the scheduler is taken as dead, Route fails at once.
@@ -180,13 +180,13 @@ func TestNoScheduler(t *testing.T) {
 		return len(a.liveLocked()) == 0
 	})
 	_, err = a.Route(t.Context(), blob1, []uint32{0})
-	if !errors.Is(err, dpeer.ErrNoRoute) || !strings.Contains(err.Error(), "no live scheduler") {
+	if !errors.Is(err, route.ErrNoRoute) || !strings.Contains(err.Error(), "no live scheduler") {
 		t.Fatalf("got %v, want ErrNoRoute: no live scheduler", err)
 	}
 	// A cancelled context ends Route at once too.
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := a.Route(ctx, blob1, []uint32{0}); !errors.Is(err, dpeer.ErrNoRoute) {
+	if _, err := a.Route(ctx, blob1, []uint32{0}); !errors.Is(err, route.ErrNoRoute) {
 		t.Fatalf("cancelled: got %v, want ErrNoRoute", err)
 	}
 }
@@ -299,7 +299,7 @@ func TestRateLimitedScheduler(t *testing.T) {
 				break
 			}
 		}
-		if err == nil || !errors.Is(err, dpeer.ErrNoRoute) || !strings.Contains(err.Error(), "rate limited") {
+		if err == nil || !errors.Is(err, route.ErrNoRoute) || !strings.Contains(err.Error(), "rate limited") {
 			t.Fatalf("routes past the busy owner's bucket: got %v, want no route, rate limited", err)
 		}
 		if n := other.srv.State().Stats().OriginFetches; n != 0 {

@@ -1,5 +1,6 @@
 // Package client is the peer side of the scheduler protocol: it implements
-// peer.Router over one or more scheduler daemons.
+// the fetch engine's Router (peer/fetch), in the route types of
+// rafs/route, over one or more scheduler daemons.
 //
 // Membership goes to every scheduler: the client registers with each and
 // heartbeats each. A blob's state lives on one scheduler, the one
@@ -22,4 +23,9 @@
 //     when the owner changed.
 //   - route.go: Route, which asks the owner and falls back by Pick order.
 //   - call.go: one request/response stream.
+//   - preheat.go, preheat_config.go: PreheatServer, the peer's side of
+//     the preheat protocol (scheduler/preheatwire): it admits streams
+//     from the configured schedulers, reads the request, has the peer's
+//     Preheater (peer/preheat) do the work and sends progress and the
+//     result. The worker imports nothing of the scheduler's.
 package client

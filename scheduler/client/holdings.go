@@ -5,8 +5,8 @@ import (
 
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 
-	dpeer "damselfly/peer"
 	"damselfly/rafs"
+	"damselfly/rafs/route"
 	"damselfly/scheduler"
 	"damselfly/scheduler/wire"
 )
@@ -98,7 +98,7 @@ func (c *Client) Abandon(blob rafs.Digest, chunks []uint32) {
 }
 
 // Report queues this peer's outcome of an assignment to parent.
-func (c *Client) Report(parent lpeer.ID, o dpeer.Outcome) {
+func (c *Client) Report(parent lpeer.ID, o route.Outcome) {
 	c.enqueue(op{blob: o.Blob, msg: &wire.Report{About: parent.String(), Outcome: scheduler.Outcome{
 		Blob: o.Blob, Bytes: o.Bytes, Duration: o.Duration, OK: o.OK,
 		BadBytes: o.BadBytes, BadChunk: o.BadChunk, Missing: normalize(o.Missing),

@@ -10,8 +10,8 @@ import (
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
-	dpeer "damselfly/peer"
 	"damselfly/rafs"
+	"damselfly/rafs/route"
 	"damselfly/scheduler"
 	"damselfly/scheduler/wire"
 )
@@ -19,15 +19,15 @@ import (
 // Route asks blob's scheduler where to get chunks, and on failure the
 // next live scheduler in Pick order. With none answering within
 // RouteTimeout (or before ctx is done) it returns an error wrapping
-// peer.ErrNoRoute. chunks may be in any order; the answer's lists are
+// route.ErrNoRoute. chunks may be in any order; the answer's lists are
 // ascending.
-func (c *Client) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (dpeer.Route, error) {
+func (c *Client) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (route.Route, error) {
 	if len(chunks) > wire.MaxOrdinals {
-		return dpeer.Route{}, fmt.Errorf("route %s: %d chunks, more than %d", blob, len(chunks), wire.MaxOrdinals)
+		return route.Route{}, fmt.Errorf("route %s: %d chunks, more than %d", blob, len(chunks), wire.MaxOrdinals)
 	}
 	asked := normalize(chunks)
 	if len(asked) == 0 {
-		return dpeer.Route{}, nil
+		return route.Route{}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RouteTimeout)
 	defer cancel()
@@ -73,7 +73,7 @@ func (c *Client) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (
 	if len(order) == 0 {
 		errs = append(errs, errors.New("no live scheduler"))
 	}
-	return dpeer.Route{}, fmt.Errorf("route %s: %w: %w", blob, dpeer.ErrNoRoute, errors.Join(errs...))
+	return route.Route{}, fmt.Errorf("route %s: %w: %w", blob, route.ErrNoRoute, errors.Join(errs...))
 }
 
 // RouteWait is Route, held by blob's scheduler while its whole answer
@@ -82,7 +82,7 @@ func (c *Client) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (
 // routes again: the client then waits maxWait itself and routes. When
 // the owner fails otherwise, it routes at once, which tries the other
 // schedulers.
-func (c *Client) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (dpeer.Route, error) {
+func (c *Client) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (route.Route, error) {
 	asked := normalize(chunks)
 	if len(asked) == 0 || len(chunks) > wire.MaxOrdinals {
 		return c.Route(ctx, blob, chunks)
@@ -101,7 +101,7 @@ func (c *Client) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint3
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return dpeer.Route{}, fmt.Errorf("route %s: %w: %w", blob, dpeer.ErrNoRoute, ctx.Err())
+			return route.Route{}, fmt.Errorf("route %s: %w: %w", blob, route.ErrNoRoute, ctx.Err())
 		case <-t.C:
 		}
 		return c.Route(ctx, blob, chunks)
@@ -126,19 +126,19 @@ func (c *Client) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint3
 		c.needRegister(r, session)
 	}
 	if ctx.Err() != nil {
-		return dpeer.Route{}, fmt.Errorf("route %s: %w: %w", blob, dpeer.ErrNoRoute, err)
+		return route.Route{}, fmt.Errorf("route %s: %w: %w", blob, route.ErrNoRoute, err)
 	}
 	return c.Route(ctx, blob, chunks)
 }
 
 // toRoute converts the scheduler's answer. A parent whose ID or addresses
 // do not parse is left out and its chunks are to be asked about again.
-func toRoute(a scheduler.Answer) dpeer.Route {
-	var rt dpeer.Route
+func toRoute(a scheduler.Answer) route.Route {
+	var rt route.Route
 	for _, p := range a.Parents {
 		id, err := lpeer.Decode(p.ID)
 		if err != nil {
-			rt.Wait = append(rt.Wait, dpeer.Wait{Chunks: p.Chunks})
+			rt.Wait = append(rt.Wait, route.Wait{Chunks: p.Chunks})
 			continue
 		}
 		info := lpeer.AddrInfo{ID: id}
@@ -147,11 +147,11 @@ func toRoute(a scheduler.Answer) dpeer.Route {
 				info.Addrs = append(info.Addrs, m)
 			}
 		}
-		rt.Parents = append(rt.Parents, dpeer.Parent{Info: info, Chunks: p.Chunks})
+		rt.Parents = append(rt.Parents, route.Parent{Info: info, Chunks: p.Chunks})
 	}
 	rt.Origin = a.Origin
 	for _, w := range a.Wait {
-		rt.Wait = append(rt.Wait, dpeer.Wait{Chunks: w.Chunks, RetryAfter: w.RetryAfter})
+		rt.Wait = append(rt.Wait, route.Wait{Chunks: w.Chunks, RetryAfter: w.RetryAfter})
 	}
 	return rt
 }

@@ -1,0 +1,150 @@
+package fetch
+
+import (
+	"context"
+
+	"damselfly/peer/cache"
+	"damselfly/rafs"
+	"damselfly/rafs/registry"
+)
+
+// ReadChunks implements proxy.ChunkSource. Chunks the node cache holds
+// are read and verified from it; the misses are fetched in one batch in
+// the background (collapsed with other reads' fetches of the same
+// digests) while deliver is called in request order, so chunks that
+// arrive early wait in memory for their turn. A fetched chunk is
+// delivered once it is cached and announced. A chunk nobody can serve is
+// retried until Config.FetchDeadline passes without progress; the
+// error then wraps a *chunkapi.ChunkError naming it.
+func (e *Engine) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	return e.readChunks(ctx, up, blob, blob, chunks, true, deliver)
+}
+
+// ReadChunksEarly implements proxy.EarlyChunkSource: it is ReadChunks
+// delivering each fetched chunk as soon as it is verified, while this
+// node caches and announces it.
+func (e *Engine) ReadChunksEarly(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	return e.readChunks(ctx, up, blob, blob, chunks, false, deliver)
+}
+
+// ReadPieces is ReadChunks of chunks of blob under another name: name
+// is what the Router, the holdings and other peers know them by (a plain
+// blob's pieces travel under the blob's plain key: peer/plain.go), blob
+// what the origin registry is asked for.
+func (e *Engine) ReadPieces(ctx context.Context, up registry.Ref, name, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	return e.readChunks(ctx, up, name, blob, chunks, true, deliver)
+}
+
+// readChunks is ReadChunks of chunks named blob and read from the origin
+// as atOrigin, which waits until a fetched chunk is kept (cached and
+// announced) before delivering it when waitKept is set.
+func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob, atOrigin rafs.Digest, chunks []rafs.Chunk, waitKept bool,
+	deliver func(i int, c rafs.Chunk, stored []byte) error) error {
+	if len(chunks) == 0 {
+		return nil
+	}
+	// Misses go into one fetch now; hits are read when their turn comes,
+	// so that a big batch of hits is not buffered.
+	var missIdx []int
+	var missChunks []rafs.Chunk
+	for i, c := range chunks {
+		if err := checkChunk(c); err != nil {
+			e.m.failure()
+			return chunkError(i, false, err)
+		}
+	}
+	for i, c := range chunks {
+		// A hit only for a chunk known to be part of blob (holdsKey):
+		// one that is in the cache for another blob is fetched as part
+		// of this one, which proves it is.
+		if k := cache.KeyOf(c); !e.cache.Has(k) || !e.hold.PartOf(blob, k) {
+			missIdx = append(missIdx, i)
+			missChunks = append(missChunks, c)
+		}
+	}
+	flights := make(map[int]*flight, len(missIdx))
+	if len(missChunks) > 0 {
+		fs := e.join(up, blob, atOrigin, missChunks)
+		defer e.leave(fs)
+		for j, i := range missIdx {
+			flights[i] = fs[j]
+		}
+	}
+	var announce []uint32
+	defer func() {
+		if len(announce) > 0 {
+			e.router.Announce(blob, announce)
+		}
+	}()
+	for i, c := range chunks {
+		f := flights[i]
+		if f == nil {
+			if sc, stored, ok := e.readCache(c); ok {
+				e.m.Delivered(SourceCache, len(stored))
+				if e.hold.Hold(blob, c.Ordinal, cache.KeyOf(c)) {
+					// Held under another ordinal of the blob.
+					announce = append(announce, c.Ordinal)
+				}
+				if err := deliver(i, sc, stored); err != nil {
+					return err
+				}
+				continue
+			}
+			// Evicted since Has, or corrupt: fetch it on its own.
+			fs := e.join(up, blob, atOrigin, []rafs.Chunk{c})
+			defer e.leave(fs)
+			f = fs[0]
+		}
+		wait := f.ready
+		if waitKept {
+			wait = f.done
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			e.m.failure()
+			return chunkError(i, true, ctx.Err())
+		}
+		if f.err != nil {
+			e.m.failure()
+			return chunkError(i, f.transient, f.err)
+		}
+		// The flight may be another read's, for the same content at
+		// another place: deliver c in the form the bytes are stored.
+		dc := c
+		dc.Flags = c.Flags&^rafs.ChunkCompressed | f.got.Flags&rafs.ChunkCompressed
+		dc.CompressedSize = f.got.CompressedSize
+		if err := deliver(i, dc, f.stored); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readCache reads c's stored bytes from the node cache and verifies them.
+// The chunk returned describes the stored form, which may differ from
+// c's. An entry that fails verification is removed.
+func (e *Engine) readCache(c rafs.Chunk) (rafs.Chunk, []byte, bool) {
+	meta, stored, err := e.cache.Get(cache.KeyOf(c), nil)
+	if err != nil || meta.Size != c.Size {
+		return c, nil, false
+	}
+	sc := c
+	sc.CompressedSize = meta.StoredSize
+	if meta.Compressed {
+		sc.Flags |= rafs.ChunkCompressed
+	} else {
+		sc.Flags &^= rafs.ChunkCompressed
+	}
+	scratch := getScratch()
+	defer putScratch(scratch)
+	if err := rafs.VerifyChunk(sc, stored, scratch); err != nil {
+		e.log.Warn("cached chunk fails verification; removing it", "chunk", c.Digest, "err", err)
+		_ = e.cache.Remove(cache.KeyOf(c))
+		return c, nil, false
+	}
+	return sc, stored, true
+}
