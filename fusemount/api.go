@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
-	"damselfly/peer/cache"
+	"damselfly/rafs/cache"
 )
 
 // Status is what the control API reports about a mount and what

@@ -9,7 +9,7 @@ import (
 
 // What a mount daemon writes into the node cache (the image's bootstrap
 // under bootstraps/, the chunks it fetched) is its owner's only: 0700
-// directories and 0600 files, as the peer daemon's (peer/cache CACHE.md).
+// directories and 0600 files, as the peer daemon's (rafs/cache CACHE.md).
 func TestNodeCacheModes(t *testing.T) {
 	layout, _ := corpusLayout(t)
 	cfg := testConfig(t)

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"damselfly/fusemount/backend"
-	"damselfly/peer/cache"
 	peerproxy "damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/image"
 	"damselfly/rafs/rafstest"

@@ -7,8 +7,8 @@ import (
 
 	"damselfly/configs/field"
 	"damselfly/fusemount/backend"
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // Config is the mount daemon's configuration, in nydusd's shape: a

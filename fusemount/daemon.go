@@ -18,8 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"damselfly/fusemount/backend"
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/image"
 	"damselfly/rafs/transport"
 )
@@ -345,7 +345,7 @@ func (d *Daemon) open(ctx context.Context) error {
 }
 
 // persistBootstrap writes the verified bootstrap into the node cache as
-// bootstraps/<manifest hex>, with the cache's modes (peer/cache
+// bootstraps/<manifest hex>, with the cache's modes (rafs/cache
 // Cache.PutFile), and maps it.
 func persistBootstrap(c *cache.Cache, manifestHex string, b *rafs.Bootstrap) (*rafs.Bootstrap, error) {
 	final, err := c.PutFile("bootstraps", manifestHex, b.Bytes())

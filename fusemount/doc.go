@@ -4,7 +4,7 @@
 //
 // The parts: fs.go answers the kernel straight from the mapped bootstrap
 // (go-fuse raw API, node ID = inode number); fetcher.go is the read path
-// (memory, the node cache of package peer/cache, then the backend chain of
+// (memory, the node cache of package rafs/cache, then the backend chain of
 // fusemount/backend), with one fetch per chunk however many readers wait
 // (flight.go), merging of adjacent misses and readahead; prefetch.go warms
 // the cache after mounting; daemon.go ties the lifecycle to the mount (no

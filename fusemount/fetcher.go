@@ -12,8 +12,8 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"damselfly/fusemount/backend"
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // Backend reads stored blob bytes from wherever the image lives and says

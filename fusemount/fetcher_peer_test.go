@@ -25,10 +25,10 @@ import (
 
 	"damselfly/fusemount/backend"
 	"damselfly/peer"
-	"damselfly/peer/cache"
 	dhost "damselfly/peer/host"
 	peerproxy "damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/registry"
 )
 

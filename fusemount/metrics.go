@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"damselfly/peer/cache"
+	"damselfly/rafs/cache"
 )
 
 // Sources a read can be served from.

@@ -16,8 +16,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // The read planner of the mount is not one pure function: rafsFS.Read

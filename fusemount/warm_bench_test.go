@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // The warm read benchmark: every file of a 64 MiB image of compressible

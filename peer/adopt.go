@@ -1,8 +1,8 @@
 package peer
 
 import (
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // Adopt takes chunks cs of blob that a verified bootstrap says are part

@@ -23,11 +23,11 @@ import (
 	"damselfly/fusemount"
 	"damselfly/fusemount/backend"
 	"damselfly/integration/bench/shaper"
-	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
 	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/registry"
 	"damselfly/scheduler"
 )

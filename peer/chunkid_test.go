@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 )

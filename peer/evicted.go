@@ -1,8 +1,8 @@
 package peer
 
 import (
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // Evictions reach the Router as soon as this node knows of them, so that

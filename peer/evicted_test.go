@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/scheduler"
 )
 

@@ -3,8 +3,8 @@ package peer
 import (
 	"context"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/registry"
 )
 

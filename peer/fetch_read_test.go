@@ -4,8 +4,8 @@ import (
 	"slices"
 	"testing"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // ReadChunks delivers a fetched chunk once it is cached and announced;

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/peer/cache"
 	"damselfly/peer/fetch"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/scheduler"
 )
 

@@ -23,11 +23,11 @@ import (
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
-	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	"damselfly/peer/fetch"
 	dhost "damselfly/peer/host"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/registry"
 	"damselfly/rafs/route"
 	"damselfly/scheduler"

@@ -12,8 +12,8 @@ import (
 	"slices"
 	"sync"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // maxHoldingFiles bounds the holdings files read at start.

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // A holdings file records which chunks of one blob this node holds, so

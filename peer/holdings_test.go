@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 func TestHoldingsRoundTrip(t *testing.T) {

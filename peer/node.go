@@ -9,9 +9,9 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/host"
 
-	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	"damselfly/peer/fetch"
+	"damselfly/rafs/cache"
 )
 
 // Node is the peer's chunk source: it serves chunks from the node cache,

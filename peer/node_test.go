@@ -12,9 +12,9 @@ import (
 
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 
-	"damselfly/peer/cache"
 	"damselfly/peer/fetch"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/route"
 )

@@ -10,10 +10,10 @@ import (
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 
-	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	"damselfly/peer/fetch"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/piece"
 	"damselfly/rafs/registry"
 	"damselfly/rafs/route"

@@ -22,11 +22,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
 	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/piece"
 	"damselfly/rafs/registry"
 	"damselfly/rafs/route"

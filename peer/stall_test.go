@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/route"
 	"damselfly/scheduler"
 )

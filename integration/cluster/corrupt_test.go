@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // Scenario 5: a peer serves corrupt bytes (its node cache holds wrong

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"damselfly/integration/harness"
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // readTimeout is how long one read may take before the sampler counts it
@@ -130,7 +130,7 @@ type totals struct {
 }
 
 // cacheBound is the most a node cache may hold with writers processes
-// writing into it, as peer/cache/CACHE.md derives it: every rescan leaves
+// writing into it, as rafs/cache/CACHE.md derives it: every rescan leaves
 // the directory at or below the high watermark, and each writer writes
 // less than Capacity×(High−Low)/2 before its next rescan.
 func cacheBound(capacity int64, writers int) int64 {

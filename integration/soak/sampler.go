@@ -93,7 +93,7 @@ type cacheWatch struct {
 }
 
 // cacheSize is a node cache on disk: the entries, which its capacity
-// counts (peer/cache/CACHE.md), and the temporary files of writes in
+// counts (rafs/cache/CACHE.md), and the temporary files of writes in
 // progress, which it does not.
 type cacheSize struct{ entries, tmp int64 }
 

@@ -7,12 +7,12 @@ import (
 
 	"damselfly/configs/field"
 	"damselfly/peer"
-	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
 	"damselfly/peer/preheat"
 	"damselfly/proxy"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/registry"
 	"damselfly/scheduler/client"
 )

@@ -14,12 +14,12 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"damselfly/peer"
-	"damselfly/peer/cache"
 	"damselfly/peer/exchange"
 	"damselfly/peer/fetch"
 	dhost "damselfly/peer/host"
 	"damselfly/peer/preheat"
 	"damselfly/proxy"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/registry"
 	"damselfly/scheduler"
 	"damselfly/scheduler/client"

@@ -1,6 +1,6 @@
 // Package daemon assembles the peer daemon that runs on every node: the
 // libp2p host (peer/host), the node cache shared with the mount daemons
-// (peer/cache), the chunk exchange server that lets other peers read that
+// (rafs/cache), the chunk exchange server that lets other peers read that
 // cache (peer/exchange), the scheduler client (scheduler/client), the
 // upstream registry client (rafs/registry), the Node that fetches chunks
 // from cache, peers and origin (peer), and the HTTP endpoint that mounts

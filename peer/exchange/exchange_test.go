@@ -11,8 +11,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 func TestFetch(t *testing.T) {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"damselfly/peer/cache"
 	dhost "damselfly/peer/host"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // testChunk is a chunk with its stored bytes and content.

@@ -13,8 +13,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // Store is where a Server finds the chunks it serves; *cache.Cache is one.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/protocol"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // ProtocolID names version 1 of the chunk exchange; PROTOCOL.md documents

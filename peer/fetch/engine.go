@@ -11,8 +11,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/registry"
 	"damselfly/rafs/route"
 )

@@ -1,8 +1,8 @@
 package fetch
 
 import (
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 )
 
 // Where chunks land: a verified chunk is handed to its reads and kept

@@ -9,8 +9,8 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 
-	"damselfly/peer/cache"
 	"damselfly/rafs"
+	"damselfly/rafs/cache"
 	"damselfly/rafs/registry"
 )
 
