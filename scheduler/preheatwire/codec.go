@@ -28,8 +28,7 @@ func WriteFrame(w io.Writer, m Message) error {
 // Encode returns m as a frame, length field included. It fails when m
 // breaks a limit.
 func Encode(m Message) ([]byte, error) {
-	b := make([]byte, 4, 64)
-	b = append(b, byte(m.Type()))
+	b := framebuf.Start(byte(m.Type()))
 	switch m := m.(type) {
 	case *Request:
 		if len(m.Image) == 0 || len(m.Image) > MaxImageLen || !utf8.ValidString(m.Image) {
@@ -54,7 +53,10 @@ func Encode(m Message) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("preheatwire: cannot encode %T", m)
 	}
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	b, err := framebuf.Finish(b, MaxFrame)
+	if err != nil {
+		return nil, fmt.Errorf("preheatwire: %w", err)
+	}
 	return b, nil
 }
 
@@ -88,17 +90,9 @@ func truncate(s string, n int) string {
 // as its bytes arrive (framebuf): a declared length is never allocated
 // up front.
 func ReadFrame(r io.Reader) (Message, error) {
-	var h [4]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return nil, fmt.Errorf("read frame length: %w", err)
-	}
-	n := binary.BigEndian.Uint32(h[:])
-	if n < 1 || n > MaxFrame {
-		return nil, fmt.Errorf("%w: length %d outside 1..%d", ErrMalformed, n, MaxFrame)
-	}
-	buf, err := framebuf.Read(r, int(n))
+	buf, err := framebuf.ReadFrame(r, MaxFrame, ErrMalformed)
 	if err != nil {
-		return nil, fmt.Errorf("read %d-byte frame: %w", n, err)
+		return nil, err
 	}
 	return Decode(buf)
 }

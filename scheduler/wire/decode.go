@@ -18,17 +18,9 @@ import (
 // up front, so a sender that declares MaxFrame and sends little costs
 // little.
 func ReadFrame(r io.Reader) (Message, error) {
-	var h [4]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return nil, fmt.Errorf("read frame length: %w", err)
-	}
-	n := binary.BigEndian.Uint32(h[:])
-	if n < 1 || n > MaxFrame {
-		return nil, fmt.Errorf("%w: length %d outside 1..%d", ErrMalformed, n, MaxFrame)
-	}
-	buf, err := framebuf.Read(r, int(n))
+	buf, err := framebuf.ReadFrame(r, MaxFrame, ErrMalformed)
 	if err != nil {
-		return nil, fmt.Errorf("read %d-byte frame: %w", n, err)
+		return nil, err
 	}
 	return Decode(buf)
 }

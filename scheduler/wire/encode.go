@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"damselfly/rafs"
+	"damselfly/scheduler/internal/framebuf"
 )
 
 // Encode returns m as one frame: length, type, body. It fails only when
@@ -16,14 +17,10 @@ import (
 // keep (ascending ordinals, counts); a frame that breaks them is refused
 // by the receiver's decoder.
 func Encode(m Message) ([]byte, error) {
-	b := make([]byte, headerSize, 64)
-	b[4] = byte(m.Type())
-	b = m.appendBody(b)
-	n := len(b) - 4
-	if n > MaxFrame {
-		return nil, fmt.Errorf("encode %s: frame of %d bytes, more than %d", m.Type(), n, MaxFrame)
+	b, err := framebuf.Finish(m.appendBody(framebuf.Start(byte(m.Type()))), MaxFrame)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", m.Type(), err)
 	}
-	binary.BigEndian.PutUint32(b, uint32(n))
 	return b, nil
 }
 

@@ -35,8 +35,6 @@ const (
 	MaxWaits = 1024
 	// MaxMessageLen bounds an error response's text.
 	MaxMessageLen = 1024
-
-	headerSize = 4 + 1 // length, type
 )
 
 // Type is a message's type code, the byte after the length.

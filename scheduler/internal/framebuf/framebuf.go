@@ -1,4 +1,6 @@
-// Package framebuf reads the body of a length-prefixed frame without
+// Package framebuf is the one frame codec of the scheduler's two
+// protocols: Start and Finish write a frame's length and type around a
+// body, ReadFrame reads one back, and Read reads the body without
 // trusting the length: the buffer grows as bytes arrive, so a sender that
 // declares the largest frame and sends a few bytes costs a few bytes (and
 // one small first step), not the declared length. The scheduler protocol
@@ -7,7 +9,9 @@
 package framebuf
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 )
@@ -40,6 +44,49 @@ func Read(r io.Reader, n int) ([]byte, error) {
 			}
 			return nil, err
 		}
+	}
+	return buf, nil
+}
+
+// Frames are a 4-byte big-endian length, then that many bytes: a type
+// byte and the message body. Both protocols frame this way; each keeps
+// its own message set, limit and error.
+
+// Start returns the start of a frame of message type t, with room for the
+// length that Finish fills in; append the body to it.
+func Start(t byte) []byte {
+	b := make([]byte, 4, 64)
+	return append(b, t)
+}
+
+// Finish sets the length of frame b, begun by Start, and returns it; a
+// frame whose type and body are over limit bytes is refused.
+func Finish(b []byte, limit int) ([]byte, error) {
+	n := len(b) - 4
+	if n > limit {
+		return nil, fmt.Errorf("frame of %d bytes, more than %d", n, limit)
+	}
+	binary.BigEndian.PutUint32(b, uint32(n))
+	return b, nil
+}
+
+// ReadFrame reads one frame from r and returns its type byte and body.
+// The length is checked against 1..limit before the body is read (a bad
+// one is reported wrapping malformed, the protocol's own sentinel), and
+// the body is read with Read, so a declared length is never allocated up
+// front.
+func ReadFrame(r io.Reader, limit int, malformed error) ([]byte, error) {
+	var h [4]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return nil, fmt.Errorf("read frame length: %w", err)
+	}
+	n := binary.BigEndian.Uint32(h[:])
+	if n < 1 || n > uint32(limit) {
+		return nil, fmt.Errorf("%w: length %d outside 1..%d", malformed, n, limit)
+	}
+	buf, err := Read(r, int(n))
+	if err != nil {
+		return nil, fmt.Errorf("read %d-byte frame: %w", n, err)
 	}
 	return buf, nil
 }
