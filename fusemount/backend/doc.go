@@ -15,7 +15,8 @@
 //   - config.go: [Config], its defaults and Validate.
 //   - read.go: the retry loop, the choice of source per attempt, and how
 //     each failure is classified (retry, re-authenticate, fall back, fail).
-//   - backoff.go: the pure backoff schedule and the injected [Clock].
+//   - clock.go: the injected [Clock] and the wait before a retry (the
+//     project's backoff, rafs/backoff, held to the deadline).
 //   - response.go: turning one HTTP response into exactly the requested
 //     bytes, or an error saying why not.
 //   - registry.go: the registry's authenticated client (bearer token or

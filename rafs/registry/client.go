@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	retry "damselfly/rafs/backoff"
 )
 
 // Client talks to origin registries on behalf of the proxy's clients.
@@ -254,23 +256,20 @@ func drain(resp *http.Response) {
 	resp.Body.Close()
 }
 
-// The backoff schedule between retries: 100 ms doubling to 5 s; a
-// server's Retry-After is honoured up to maxRetryAfter.
-const (
-	backoffBase   = 100 * time.Millisecond
-	backoffMax    = 5 * time.Second
-	maxRetryAfter = 30 * time.Second
+// The backoff schedule between retries is the project's (rafs/backoff):
+// 100 ms doubling to 5 s; a server's Retry-After is honoured up to
+// maxRetryAfter.
+var (
+	backoffBase = retry.Default.First
+	backoffMax  = retry.Default.Max
 )
 
-// backoff is the wait after the n-th failure (n >= 1), jittered into
-// [d/2, d).
+const maxRetryAfter = 30 * time.Second
+
+// backoff is the wait after the n-th failure (n >= 1): the project's
+// backoff, or the server's Retry-After if longer (up to maxRetryAfter).
 func backoff(n int, serverWait time.Duration) time.Duration {
-	d := backoffMax
-	if n <= 16 {
-		d = min(backoffBase<<max(n-1, 0), backoffMax)
-	}
-	d = d/2 + rand.N(d/2+1)
-	return max(d, min(serverWait, maxRetryAfter))
+	return max(retry.Default.Delay(n, rand.Float64()), min(serverWait, maxRetryAfter))
 }
 
 // sleep waits d or until ctx is done.
