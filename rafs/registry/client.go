@@ -170,6 +170,12 @@ func (c *Client) send(ctx context.Context, ref Ref, build func() (*http.Request,
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
 		c.drop(key, s)
+		if up := c.upgrade(ctx, key, resp, base, ref.Repo, creds, keychain); up != nil {
+			drain(resp)
+			if resp, err = c.do(up.client, build, ""); err != nil {
+				return nil, fromGGCR(err)
+			}
+		}
 	}
 	return resp, nil
 }

@@ -57,7 +57,7 @@ func (c *Client) session(ctx context.Context, key, base, repo, creds string, key
 		}
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
 		defer cancel()
-		s, err := c.handshake(hctx, base, repo, creds, keychain)
+		s, err := c.handshake(hctx, base, repo, creds, keychain, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -88,7 +88,10 @@ func (c *Client) drop(key string, s *session) {
 // and token exchange, over the Client's base transport (the origin policy
 // and the dial guard apply to every request it sends, the token
 // server's included).
-func (c *Client) handshake(ctx context.Context, base, repo, creds string, keychain bool) (*session, error) {
+//
+// With ch, a bearer challenge the registry answered a request with, the
+// ping is skipped and a token is got for it (see upgrade).
+func (c *Client) handshake(ctx context.Context, base, repo, creds string, keychain bool, ch *challenge) (*session, error) {
 	scheme, host, _ := strings.Cut(base, "://")
 	var opts []name.Option
 	if scheme == "http" {
@@ -110,7 +113,17 @@ func (c *Client) handshake(ctx context.Context, base, repo, creds string, keycha
 	// go-containerregistry races https against http for hosts it thinks
 	// local; sessionBase holds the registry to the scheme asked for.
 	t := transport.NewUserAgent(&sessionBase{inner: c.base, scheme: scheme, host: host, last: &s.last}, "damselfly")
-	rt, err := transport.NewWithContext(ctx, reg, auth, t, []string{reg.Repo(repo).Scope(transport.PullScope)})
+	scopes := []string{reg.Repo(repo).Scope(transport.PullScope)}
+	var rt http.RoundTripper
+	if ch != nil {
+		pr := &transport.Challenge{Scheme: "bearer", Parameters: ch.params, Insecure: scheme == "http"}
+		var tok *transport.Token
+		if tok, err = transport.Exchange(ctx, reg, auth, t, scopes, pr); err == nil {
+			rt, err = transport.FromToken(reg, auth, t, pr, tok)
+		}
+	} else {
+		rt, err = transport.NewWithContext(ctx, reg, auth, t, scopes)
+	}
 	if notRegistryPing(err, host) {
 		// The API version check answered neither 200 nor 401 (a storage
 		// front or a mirror that serves only what it holds): send the
@@ -122,6 +135,33 @@ func (c *Client) handshake(ctx context.Context, base, repo, creds string, keycha
 	}
 	s.client = &http.Client{Transport: rt, CheckRedirect: c.checkRedirect}
 	return s, nil
+}
+
+// upgrade answers a bearer challenge that a session without a token met:
+// the registry's version check asked for none (an open /v2/), but the
+// repository does. It makes, and keeps under key, a session with a token
+// for the challenge, as registry clients do, or returns nil (and the
+// 401 stands) when there is none to make: the request already carried a
+// bearer token (go-containerregistry renewed it already, or it is the
+// client's), the challenge is not a bearer one, or the token server
+// refused.
+func (c *Client) upgrade(ctx context.Context, key string, resp *http.Response, base, repo, creds string, keychain bool) *session {
+	if resp.Request != nil && strings.HasPrefix(strings.ToLower(resp.Request.Header.Get("Authorization")), "bearer ") {
+		return nil
+	}
+	ch, err := parseChallenge(resp.Header.Get("WWW-Authenticate"))
+	if err != nil || ch.scheme != "bearer" {
+		return nil
+	}
+	hctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	s, err := c.handshake(hctx, base, repo, creds, keychain, &ch)
+	if err != nil {
+		c.log.Debug("token for a repository's challenge", "registry", base, "repo", repo, "err", err)
+		return nil
+	}
+	c.sessions.Add(key, s)
+	return s
 }
 
 // errCredentials marks credentials that could not be read or resolved.
