@@ -4,15 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 
 	"damselfly/rafs"
+	"damselfly/rafs/registry"
 )
 
 // Backend reads stored blob bytes from a registry (through the local
@@ -93,7 +94,7 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 		t := defaultTransport(cfg.ConnectTimeout)
 		rt, b.closeIdle = t, t.CloseIdleConnections
 	}
-	reg, err := newRegistry(cfg, rt, o.keychain)
+	reg, err := newRegistry(cfg, rt, o.keychain, o.log)
 	if err != nil {
 		return nil, fmt.Errorf("backend: %w", err)
 	}
@@ -111,15 +112,52 @@ func New(cfg Config, opts ...Option) (*Backend, error) {
 	return b, nil
 }
 
-// defaultTransport is http.DefaultTransport with the connect timeout, more
-// idle connections per host (a mount issues many concurrent ranged reads
-// to one host) and no transparent decompression of ranges.
+// defaultTransport is the project's registry transport (the dial guard
+// of rafs/registry) with the connect timeout and more idle connections
+// per host: a mount issues many concurrent ranged reads to one host.
 func defaultTransport(connect time.Duration) *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext
+	t := registry.NewTransport(connect, 0)
 	t.MaxIdleConnsPerHost = 32
-	t.DisableCompression = true
 	return t
+}
+
+// newRegistry is the registry client of cfg's repository, over rt. The
+// credentials are Config.Auth, else kc's, else none; plain http goes to
+// the configured host when Config.Scheme says so.
+func newRegistry(cfg Config, rt http.RoundTripper, kc authn.Keychain, log *slog.Logger) (*regClient, error) {
+	var opts []name.Option
+	if cfg.Scheme == "http" {
+		opts = append(opts, name.Insecure)
+	}
+	repo, err := name.NewRepository(cfg.Host+"/"+cfg.Repo, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("repository %s/%s: %w", cfg.Host, cfg.Repo, err)
+	}
+	r := &regClient{scheme: cfg.Scheme, repo: repo}
+	rcfg := registry.Config{
+		DefaultRegistry: r.origin(),
+		Timeout:         cfg.Timeout,
+		ConnectTimeout:  cfg.ConnectTimeout,
+		// The Backend's retry loop does the retrying (ReadRangeOnce);
+		// this bounds only Check's, for Authorize.
+		RetryLimit: cfg.RetryLimit,
+	}
+	if cfg.Scheme == "http" {
+		rcfg.PlainHTTP = []string{repo.RegistryStr()}
+	}
+	ropts := []registry.Option{registry.WithTransport(rt)}
+	if cfg.Auth != "" {
+		if _, _, err := decodeAuth(cfg.Auth.Reveal()); err != nil {
+			return nil, fmt.Errorf("auth: %w", err)
+		}
+		r.staticAuth = "Basic " + cfg.Auth.Reveal()
+	} else {
+		ropts = append(ropts, registry.WithKeychain(kc))
+	}
+	if r.client, err = registry.New(rcfg, log, ropts...); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // ReadBlob implements rafs.BlobReader: it fills p with exactly bytes

@@ -15,11 +15,13 @@
 //   - config.go: [Config], its defaults and Validate.
 //   - read.go: the retry loop, the choice of source per attempt, and how
 //     each failure is classified (retry, re-authenticate, fall back, fail).
-//   - backoff.go: the pure backoff schedule and the injected [Clock].
+//   - clock.go: the injected [Clock] and the wait before a retry (the
+//     project's backoff, rafs/backoff, held to the deadline).
 //   - response.go: turning one HTTP response into exactly the requested
 //     bytes, or an error saying why not.
-//   - registry.go: the registry's authenticated client (bearer token or
-//     Basic, via go-containerregistry), built lazily and rebuilt on 401.
+//   - origin.go: the registry, read through the project's registry client
+//     (rafs/registry: go-containerregistry's handshake, done lazily and
+//     again after a 401), and its errors mapped to this package's.
 //   - proxy.go: the proxy's health state and the goroutine that probes it.
 //   - chunks.go: reading a run of chunks by digest: through the peer's
 //     batch endpoint (so the peer can verify before caching or serving),

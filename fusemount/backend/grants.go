@@ -3,7 +3,6 @@ package backend
 import (
 	"context"
 	"fmt"
-	"net/http"
 
 	"damselfly/rafs"
 	"damselfly/rafs/registry"
@@ -28,23 +27,4 @@ func (b *Backend) Authorize(ctx context.Context, blobs []rafs.Digest) error {
 	}
 	up := registry.Ref{Registry: b.reg.origin(), Repo: b.reg.repo.RepositoryStr(), Authorization: b.reg.authorization()}
 	return b.proxy.chunks.Authorize(ctx, up, blobs)
-}
-
-// touch sends one HEAD of blob d through the authenticated client, which
-// settles the credentials (and records them for the proxy).
-func (r *regClient) touch(ctx context.Context, d rafs.Digest) error {
-	c, _, err := r.authorized(ctx)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodHead, r.origin()+r.blobPath(d), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
 }

@@ -107,7 +107,7 @@ func (c *Client) Ping(ctx context.Context, ref Ref) (int, http.Header, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	resp, err := c.do(func() (*http.Request, error) {
+	resp, err := c.do(c.plain, func() (*http.Request, error) {
 		return http.NewRequestWithContext(ctx, http.MethodGet, base+"/v2/", nil)
 	}, ref.Authorization)
 	if err != nil {

@@ -7,31 +7,53 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sync/singleflight"
+
+	retry "damselfly/rafs/backoff"
 )
 
-// Client talks to origin registries on behalf of the proxy's clients.
-// It keeps bearer tokens per registry, repository and credentials. Safe
-// for concurrent use.
+// Client talks to origin registries on behalf of the proxy's clients
+// (or, with WithKeychain, of its own user). It keeps one authenticated
+// session per registry, repository and credentials. Safe for concurrent
+// use.
 type Client struct {
-	cfg    Config
-	log    *slog.Logger
-	hc     *http.Client
-	tr     *http.Transport
-	tokens *tokenCache
-	flight singleflight.Group // token fetches, by token key
-	creds  *nodeCreds
-	def    string // the default registry, normalised
+	cfg      Config
+	log      *slog.Logger
+	tr       *http.Transport   // built by New; nil with WithTransport
+	base     http.RoundTripper // below authentication: the origin policy over tr
+	plain    *http.Client      // base without authentication
+	sessions *lru.Cache[string, *session]
+	flight   singleflight.Group // handshakes, by session key
+	creds    *nodeCreds
+	keychain authn.Keychain // the node's credentials instead of creds
+	def      string         // the default registry, normalised
 }
 
-// New returns a Client. log may be nil.
-func New(cfg Config, log *slog.Logger) (*Client, error) {
+// Option configures New.
+type Option func(*Client)
+
+// WithTransport sets the HTTP transport below authentication and the
+// origin policy, instead of NewTransport's; Close leaves it alone.
+func WithTransport(rt http.RoundTripper) Option {
+	return func(c *Client) { c.base = &policyTransport{inner: rt, c: c} }
+}
+
+// WithKeychain makes kc the source of the node's credentials instead of
+// Config.DockerConfigFile, and lends them to every registry: for a client
+// that reads for its own user (the mount daemon), not for others. They
+// are resolved in a handshake, when the registry is first talked to, and
+// again after the registry refused them.
+func WithKeychain(kc authn.Keychain) Option { return func(c *Client) { c.keychain = kc } }
+
+// New returns a Client. log may be nil. It does not contact any registry.
+func New(cfg Config, log *slog.Logger, opts ...Option) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("registry config: %w", err)
 	}
@@ -42,23 +64,28 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second, Control: guardDial}
-	tr := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		TLSHandshakeTimeout:   cfg.ConnectTimeout,
-		ResponseHeaderTimeout: cfg.Timeout,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
+	sessions, err := lru.New[string, *session](maxSessions)
+	if err != nil {
+		return nil, err
 	}
-	c := &Client{cfg: cfg, log: log, tr: tr, tokens: newTokenCache(), creds: &nodeCreds{path: cfg.DockerConfigFile}, def: def.String()}
-	c.hc = &http.Client{Transport: tr, CheckRedirect: c.checkRedirect}
+	c := &Client{cfg: cfg, log: log, sessions: sessions, creds: &nodeCreds{path: cfg.DockerConfigFile}, def: def.String()}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.base == nil {
+		c.tr = NewTransport(cfg.ConnectTimeout, cfg.Timeout)
+		c.base = &policyTransport{inner: c.tr, c: c}
+	}
+	c.plain = &http.Client{Transport: c.base, CheckRedirect: c.checkRedirect}
 	return c, nil
 }
 
 // Close releases idle connections.
-func (c *Client) Close() { c.tr.CloseIdleConnections() }
+func (c *Client) Close() {
+	if c.tr != nil {
+		c.tr.CloseIdleConnections()
+	}
+}
 
 // DefaultRegistry is the base URL used when a request names no registry.
 func (c *Client) DefaultRegistry() string { return c.def }
@@ -101,75 +128,77 @@ func (c *Client) registryOf(ref Ref) (string, error) {
 }
 
 // send does one request to the registry of ref, authenticating as ref
-// says: a client's bearer token is sent as it is; Basic credentials (the
-// client's, or the node's when the client sent none) are sent as they
-// are or traded for a bearer token when the registry challenges for one.
-// With anon, a bearer challenge is answered with an anonymous token when
-// there are no credentials; without it, such a 401 is returned to the
-// caller. build must return a fresh request on every call.
+// says: with the client's credentials (a bearer token sent as it is, or
+// Basic credentials sent or traded for a token), with the node's where
+// they are lent and the client sent none, or anonymously. Without
+// credentials and without anon, the request goes as it is, so that a
+// challenge reaches the caller for its client to answer; with anon, a
+// bearer challenge is answered with an anonymous token. A 401 makes the
+// next request start from a fresh handshake. build must return a fresh
+// request on every call.
 func (c *Client) send(ctx context.Context, ref Ref, build func() (*http.Request, error), anon bool) (*http.Response, error) {
 	base, err := c.registryOf(ref)
 	if err != nil {
 		return nil, err
 	}
-	host := strings.SplitN(base, "://", 2)[1]
-	creds := ""
-	bearer := false
-	switch {
-	case ref.Authorization == "":
-		if !c.lends(host) {
-			break // anonymous: the node's credentials are not lent
-		}
-		if creds, err = c.creds.get(host); err != nil {
-			c.log.Warn("node credentials unusable", "registry", host, "err", err)
-		}
-	case strings.HasPrefix(strings.ToLower(ref.Authorization), "basic "):
-		creds = ref.Authorization
-	default:
-		bearer = true
+	creds, keychain := c.credentials(ref, base)
+	if creds == "" && !keychain && !anon {
+		return c.do(c.plain, build, "")
 	}
-	key := tokenKey(base, ref.Repo, creds)
-
-	authz := ref.Authorization
-	if !bearer {
-		if tok := c.tokens.get(key, time.Now()); tok != "" {
-			authz = "Bearer " + tok
-		} else {
-			authz = creds
+	key := sessionKey(base, ref.Repo, creds, keychain)
+	s, err := c.session(ctx, key, base, ref.Repo, creds, keychain)
+	if refused(err) {
+		// The token server refused the credentials. The registry's own
+		// 401 says so best, challenge included, and go-containerregistry
+		// keeps no response of its handshake: ask the registry once more
+		// as the client would have.
+		c.log.Debug("token refused", "registry", base, "repo", ref.Repo, "err", err)
+		return c.do(c.plain, build, creds)
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(s.client, build, "")
+	if err != nil {
+		err = fromGGCR(err)
+		if refused(err) { // a renewal refused mid-session
+			c.drop(key, s)
+			return c.do(c.plain, build, creds)
 		}
+		return nil, err
 	}
-	resp, err := c.do(build, authz)
-	if err != nil || resp.StatusCode != http.StatusUnauthorized || bearer {
-		return resp, err
-	}
-	// 401: answer the challenge once, if we can.
-	ch, cerr := parseChallenge(resp.Header.Get("WWW-Authenticate"))
-	if cerr != nil {
-		return resp, nil
-	}
-	switch {
-	case ch.scheme == "bearer" && (creds != "" || anon):
-		c.tokens.drop(key)
-		tok, err := c.token(ctx, key, ch, ref.Repo, creds)
-		var se *StatusError
-		if errors.As(err, &se) && !se.Transient() {
-			// The token server refused the credentials: the registry's
-			// own 401 says so best, challenge included.
-			c.log.Debug("token refused", "registry", host, "repo", ref.Repo, "err", err)
-			return resp, nil
-		}
-		if err != nil {
+	if resp.StatusCode == http.StatusUnauthorized {
+		c.drop(key, s)
+		if up := c.upgrade(ctx, key, resp, base, ref.Repo, creds, keychain); up != nil {
 			drain(resp)
-			return nil, err
+			if resp, err = c.do(up.client, build, ""); err != nil {
+				return nil, fromGGCR(err)
+			}
 		}
-		authz = "Bearer " + tok
-	case ch.scheme == "basic" && creds != "" && authz != creds:
-		authz = creds
-	default:
-		return resp, nil
 	}
-	drain(resp)
-	return c.do(build, authz)
+	return resp, nil
+}
+
+// credentials are what a request for ref is sent with: the client's
+// Authorization; else the node's, where Config.LendNodeCredentials (or
+// WithKeychain) lends them (keychain: resolved in the handshake); else
+// none.
+func (c *Client) credentials(ref Ref, base string) (creds string, keychain bool) {
+	if ref.Authorization != "" {
+		return ref.Authorization, false
+	}
+	_, host, _ := strings.Cut(base, "://")
+	switch {
+	case c.keychain != nil:
+		return "", true
+	case !c.lends(host):
+		return "", false // anonymous: the node's credentials are not lent
+	}
+	creds, err := c.creds.get(host)
+	if err != nil {
+		c.log.Warn("node credentials unusable", "registry", host, "err", err)
+	}
+	return creds, false
 }
 
 // lends reports whether requests without credentials to registry host
@@ -189,33 +218,9 @@ func (c *Client) lends(host string) bool {
 	return false
 }
 
-// token fetches and caches a token for key, one fetch at a time per key:
-// concurrent reads that all met the challenge share it. The fetch is not
-// cancelled when one waiter gives up; the token server timeout bounds it.
-func (c *Client) token(ctx context.Context, key string, ch challenge, repo, creds string) (string, error) {
-	res := c.flight.DoChan(key, func() (any, error) {
-		if tok := c.tokens.get(key, time.Now()); tok != "" {
-			return tok, nil // fetched by a flight that just ended
-		}
-		tok, exp, err := c.fetchToken(context.WithoutCancel(ctx), ch, repo, creds)
-		if err != nil {
-			return "", err
-		}
-		c.tokens.put(key, tok, exp, time.Now())
-		return tok, nil
-	})
-	select {
-	case r := <-res:
-		if r.Err != nil {
-			return "", r.Err
-		}
-		return r.Val.(string), nil
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-}
-
-func (c *Client) do(build func() (*http.Request, error), authz string) (*http.Response, error) {
+// do sends the request build makes with hc, with Authorization authz if
+// not empty.
+func (c *Client) do(hc *http.Client, build func() (*http.Request, error), authz string) (*http.Response, error) {
 	req, err := build()
 	if err != nil {
 		return nil, err
@@ -223,7 +228,7 @@ func (c *Client) do(build func() (*http.Request, error), authz string) (*http.Re
 	if authz != "" {
 		req.Header.Set("Authorization", authz)
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		// A refused redirect comes with the redirect's response (body
 		// closed): nothing of it may reach a client.
@@ -253,23 +258,20 @@ func drain(resp *http.Response) {
 	resp.Body.Close()
 }
 
-// The backoff schedule between retries: 100 ms doubling to 5 s; a
-// server's Retry-After is honoured up to maxRetryAfter.
-const (
-	backoffBase   = 100 * time.Millisecond
-	backoffMax    = 5 * time.Second
-	maxRetryAfter = 30 * time.Second
+// The backoff schedule between retries is the project's (rafs/backoff):
+// 100 ms doubling to 5 s; a server's Retry-After is honoured up to
+// maxRetryAfter.
+var (
+	backoffBase = retry.Default.First
+	backoffMax  = retry.Default.Max
 )
 
-// backoff is the wait after the n-th failure (n >= 1), jittered into
-// [d/2, d).
+const maxRetryAfter = 30 * time.Second
+
+// backoff is the wait after the n-th failure (n >= 1): the project's
+// backoff, or the server's Retry-After if longer (up to maxRetryAfter).
 func backoff(n int, serverWait time.Duration) time.Duration {
-	d := backoffMax
-	if n <= 16 {
-		d = min(backoffBase<<max(n-1, 0), backoffMax)
-	}
-	d = d/2 + rand.N(d/2+1)
-	return max(d, min(serverWait, maxRetryAfter))
+	return max(retry.Default.Delay(n, rand.Float64()), min(serverWait, maxRetryAfter))
 }
 
 // sleep waits d or until ctx is done.

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // ErrRefused is returned (wrapped) for a connection or redirect the
@@ -71,6 +72,44 @@ func (c *Client) checkURL(u *url.URL) error {
 		return fmt.Errorf("%w: %s is a link-local or metadata address", ErrRefused, ip)
 	}
 	return nil
+}
+
+// NewTransport is the base HTTP transport of every registry client of the
+// project: connections are refused to link-local and metadata addresses
+// (guardDial runs on every resolved address), connects take at most
+// connect, and response headers at most header (0: no bound).
+// Transparent decompression is off: lengths and digests must stay the
+// registry's.
+func NewTransport(connect, header time.Duration) *http.Transport {
+	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second, Control: guardDial}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		TLSHandshakeTimeout:   connect,
+		ResponseHeaderTimeout: header,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true,
+	}
+}
+
+// policyTransport applies the origin policy (checkURL) to every request
+// a Client sends: to registries, token servers and blob storage alike,
+// whoever chose the URL.
+type policyTransport struct {
+	inner http.RoundTripper
+	c     *Client
+}
+
+func (t *policyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := t.c.checkURL(req.URL); err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("%s %s://%s%s: %w", req.Method, req.URL.Scheme, req.URL.Host, req.URL.Path, err)
+	}
+	return t.inner.RoundTrip(req)
 }
 
 // maxRedirects bounds the redirects followed for one request.

@@ -73,6 +73,25 @@ func (c *Client) ReadRangeFunc(ctx context.Context, ref Ref, blob rafs.Digest, o
 	return nil
 }
 
+// ReadRangeOnce is ReadRange without its retries: one ranged GET (after
+// a handshake, if one is due), for callers that run their own retry loop
+// (the mount's, with its read deadline and its proxy fallback). A 401
+// still makes the next request start from a fresh handshake. Errors are
+// ReadRange's, not wrapped.
+func (c *Client) ReadRangeOnce(ctx context.Context, ref Ref, blob rafs.Digest, off int64, p []byte) error {
+	if len(p) == 0 {
+		return nil
+	}
+	if !ValidRepo(ref.Repo) {
+		return fmt.Errorf("read %s: bad repository name %q", blob, ref.Repo)
+	}
+	if off < 0 || len(p) > MaxRange {
+		return fmt.Errorf("read %s [%d, +%d): bad range", blob, off, len(p))
+	}
+	_, err := c.readOnce(ctx, ref, blob, off, p, nil)
+	return err
+}
+
 // readOnce is one ranged GET for p, reporting progress as readRange
 // does. It returns how many bytes of p it filled.
 func (c *Client) readOnce(ctx context.Context, ref Ref, blob rafs.Digest, off int64, p []byte, report func(n int)) (int, error) {

@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"damselfly/rafs/registry"
 )
 
 // Options configure how references are reached. The zero value is ready to
@@ -27,7 +30,8 @@ type Options struct {
 	// authn.DefaultKeychain: the docker config file, honouring DOCKER_CONFIG.
 	Keychain authn.Keychain
 	// Transport carries registry HTTP requests; set it for tests or
-	// timeouts. Nil means remote.DefaultTransport.
+	// timeouts. Nil means the project's guarded registry transport
+	// (rafs/registry.NewTransport), shaped as remote.DefaultTransport.
 	Transport http.RoundTripper
 	// UserAgent is sent with registry requests when non-empty.
 	UserAgent string
@@ -52,8 +56,22 @@ func (o Options) roundTripper() http.RoundTripper {
 	if o.Transport != nil {
 		return o.Transport
 	}
-	return remote.DefaultTransport
+	return defaultTransport
 }
+
+// defaultTransport is built where every registry client of the project
+// gets its base transport, rafs/registry.NewTransport (connections to
+// link-local and metadata addresses are refused), with
+// remote.DefaultTransport's timeouts and pool. One for the process, so
+// connections are reused across calls.
+var defaultTransport = func() *http.Transport {
+	t := registry.NewTransport(30*time.Second, 0)
+	t.TLSHandshakeTimeout = 10 * time.Second
+	t.ExpectContinueTimeout = time.Second
+	t.MaxIdleConns = 100
+	t.MaxIdleConnsPerHost = 50
+	return t
+}()
 
 // remoteOptions translates o into go-containerregistry remote options.
 func (o Options) remoteOptions(ctx context.Context) []remote.Option {

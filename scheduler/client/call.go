@@ -9,16 +9,14 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 
+	"damselfly/rafs/backoff"
 	"damselfly/scheduler/wire"
 )
 
-// Pauses between the attempts of a request the scheduler answered "rate
-// limited": doubling from rateLimitedFirst up to rateLimitedMax, each
+// rateLimited is the backoff between the attempts of a request the
+// scheduler answered "rate limited": 20 ms doubling to 500 ms, each
 // jittered into [d/2, d).
-const (
-	rateLimitedFirst = 20 * time.Millisecond
-	rateLimitedMax   = 500 * time.Millisecond
-)
+var rateLimited = backoff.Schedule{First: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 
 // call sends req to r on a new stream and returns the response. An error
 // response is returned as a *wire.Error. The stream never outlives ctx.
@@ -30,13 +28,12 @@ const (
 // may refuse an accusation after the rest of the report was taken.
 func (c *Client) call(ctx context.Context, r *remote, req wire.Message) (wire.Message, error) {
 	_, report := req.(*wire.Report)
-	pause := rateLimitedFirst
-	for {
+	for attempt := 1; ; attempt++ {
 		resp, err := c.callOnce(ctx, r, req)
 		if report || codeOf(err) != wire.CodeRateLimited {
 			return resp, err
 		}
-		d := pause/2 + rand.N(pause/2)
+		d := rateLimited.Delay(attempt, rand.Float64())
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
 			return nil, err
 		}
@@ -47,7 +44,6 @@ func (c *Client) call(ctx context.Context, r *remote, req wire.Message) (wire.Me
 			return nil, err
 		case <-t.C:
 		}
-		pause = min(2*pause, rateLimitedMax)
 	}
 }
 

@@ -5,30 +5,6 @@ import (
 	"time"
 )
 
-func TestBackoff(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		n    int
-		u    float64
-		want time.Duration
-	}{
-		{1, 0, 50 * time.Millisecond},
-		{1, 0.999999, 100*time.Millisecond - time.Microsecond/10},
-		{2, 0, 100 * time.Millisecond},
-		{3, 0.5, 300 * time.Millisecond},
-		{6, 0, 1600 * time.Millisecond},
-		{7, 0, 2500 * time.Millisecond}, // 6.4s capped at 5s
-		{100, 0, 2500 * time.Millisecond},
-		{0, 0, 50 * time.Millisecond},
-	}
-	for _, tt := range tests {
-		got := backoff(tt.n, tt.u)
-		if d := got - tt.want; d < -time.Microsecond || d > time.Microsecond {
-			t.Errorf("backoff(%d, %v): got %s, want %s", tt.n, tt.u, got, tt.want)
-		}
-	}
-}
-
 func TestWait(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
