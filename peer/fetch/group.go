@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
 	"damselfly/rafs"
+	"damselfly/rafs/backoff"
 	"damselfly/rafs/registry"
 )
 
@@ -214,7 +216,11 @@ func (e *Engine) fetchGroup(ctx context.Context, g *group) {
 	g.tr.start, g.tr.chunks = time.Now(), g.left()
 	defer e.logSlow(g)
 	deadline := time.Now().Add(e.cfg.FetchDeadline)
-	backoff := minRetryDelay
+	// Rounds that got nothing back off on the project's one schedule,
+	// from about minRetryDelay up to MaxRetryDelay, with jitter so that
+	// peers stuck on the same chunks do not ask in step.
+	retry := backoff.Schedule{First: 2 * minRetryDelay, Max: e.cfg.MaxRetryDelay}
+	failed := 0
 	for first := true; g.left() > 0 && ctx.Err() == nil; first = false {
 		if !first {
 			e.fromCache(g)
@@ -231,7 +237,7 @@ func (e *Engine) fetchGroup(ctx context.Context, g *group) {
 		now := time.Now()
 		if g.progress {
 			deadline = now.Add(e.cfg.FetchDeadline)
-			backoff = minRetryDelay
+			failed = 0
 		}
 		if !now.Before(deadline) {
 			e.failPending(g)
@@ -244,8 +250,8 @@ func (e *Engine) fetchGroup(ctx context.Context, g *group) {
 		case g.progress:
 			delay = 0 // go again at once for the chunks that were missing
 		default:
-			delay = backoff
-			backoff = min(2*backoff, e.cfg.MaxRetryDelay)
+			failed++
+			delay = retry.Delay(failed, rand.Float64())
 		}
 		delay = min(delay, time.Until(deadline))
 		if delay > 0 {
