@@ -29,6 +29,7 @@ import (
 	peerproxy "damselfly/proxy"
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
+	"damselfly/rafs/rafstest"
 	"damselfly/rafs/registry"
 )
 
@@ -99,7 +100,7 @@ func TestFetcherThroughRealPeerTailStuck(t *testing.T) {
 	}
 	tail := make(chan error, 1)
 	go func() { tail <- f.ReadChunk(ctx, k1, make([]byte, k1.Size)) }()
-	pollUntil(t, "the tail reader to join the run", func() bool { return waiting(f, k1.Index) })
+	rafstest.Eventually(t, 20*time.Second, "the tail reader to join the run", func() bool { return waiting(f, k1.Index) })
 	released.Store(true)
 	close(release)
 	err = <-tail
@@ -107,7 +108,7 @@ func TestFetcherThroughRealPeerTailStuck(t *testing.T) {
 		t.Fatalf("tail: got %v, want the origin's refusal", err)
 	}
 	// The peer caches the head, perhaps after the mount got it.
-	pollUntil(t, "the head in the node cache", func() bool { return c.Has(cache.KeyOf(k0)) })
+	rafstest.Eventually(t, 20*time.Second, "the head in the node cache", func() bool { return c.Has(cache.KeyOf(k0)) })
 	if c.Has(cache.KeyOf(k1)) {
 		t.Error("node cache: the tail is there; want the head only")
 	}

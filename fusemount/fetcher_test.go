@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"damselfly/rafs"
+	"damselfly/rafs/rafstest"
 )
 
 // gatedBackend delivers the first chunk of its first run at once and
@@ -57,18 +58,6 @@ func waiting(f *Fetcher, idx uint32) bool {
 	return ok && fl.run.waiters > 0
 }
 
-// pollUntil polls cond every millisecond until it holds or 20 s pass.
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // The reader of a run's head gets it while the tail is still on its
 // way; a reader of a tail chunk joins the run rather than asking again,
 // and gets the tail's error when the tail fails; the head's reader is
@@ -106,7 +95,7 @@ func TestFetcherServesHeadBeforeTail(t *testing.T) {
 			tail := make(chan error, 1)
 			buf := make([]byte, k1.Size)
 			go func() { tail <- f.ReadChunk(ctx, k1, buf) }()
-			pollUntil(t, "the tail reader to join the run", func() bool { return waiting(f, k1.Index) })
+			rafstest.Eventually(t, 20*time.Second, "the tail reader to join the run", func() bool { return waiting(f, k1.Index) })
 			be.gate <- tt.tailErr
 			err := <-tail
 			switch {

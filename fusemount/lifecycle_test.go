@@ -25,18 +25,6 @@ import (
 	"damselfly/rafs/rafstest"
 )
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestExternalUnmountStopsDaemon(t *testing.T) {
 	layout, _ := corpusLayout(t)
 	for _, how := range []string{"umount", "umount -l", "fusermount3 -u"} {
@@ -154,7 +142,7 @@ func startDaemon(t *testing.T, ref, mp, cfgFile string) *exec.Cmd {
 		cmd.Wait()
 		syscall.Unmount(mp, syscall.MNT_DETACH)
 	})
-	waitFor(t, "daemon to mount", 30*time.Second, func() bool {
+	rafstest.Eventually(t, 30*time.Second, "daemon to mount", func() bool {
 		ok, _ := isMountpoint(mp)
 		var sfs syscall.Statfs_t
 		return ok && syscall.Statfs(mp, &sfs) == nil && sfs.Files > 0

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"damselfly/rafs/rafstest"
 	"damselfly/scheduler"
 )
 
@@ -43,7 +44,7 @@ func TestCancelledReadGivesUpOriginTurns(t *testing.T) {
 	if err := st.Register(other, scheduler.PeerInfo{Addrs: []string{"/ip4/127.0.0.1/tcp/1"}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "another peer to get the origin turns A's read left", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "another peer to get the origin turns A's read left", func() bool {
 		ans, err := st.Parents(other, img.blob, ords, time.Now())
 		if err != nil {
 			t.Fatal(err)

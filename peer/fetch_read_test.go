@@ -3,9 +3,11 @@ package peer
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
+	"damselfly/rafs/rafstest"
 )
 
 // ReadChunks delivers a fetched chunk once it is cached and announced;
@@ -45,7 +47,7 @@ func TestReadChunksEarly(t *testing.T) {
 			t.Fatalf("early %v: %d of %d chunks delivered, %v", early, next, len(img.chunks), err)
 		}
 		for _, c := range img.chunks {
-			waitFor(t, "every chunk cached and announced", func() bool { return kept(c) })
+			rafstest.Eventually(t, 20*time.Second, "every chunk cached and announced", func() bool { return kept(c) })
 		}
 		if got, want := a.Stats().OriginBytes, storedBytes(img.chunks); got != want {
 			t.Errorf("early %v: %d bytes from the origin, want %d", early, got, want)

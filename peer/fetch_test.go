@@ -11,6 +11,7 @@ import (
 	"damselfly/peer/fetch"
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
+	"damselfly/rafs/rafstest"
 	"damselfly/scheduler"
 )
 
@@ -67,7 +68,7 @@ func TestChunkCachedMidFetchIsAnnounced(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- readAll(testCtx(t), a.Node, o.ref(), img.blob, []rafs.Chunk{c}) }()
-	waitFor(t, "a to wait for other's origin fetch", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "a to wait for other's origin fetch", func() bool {
 		for _, v := range st.OriginFetches(time.Now()) {
 			if v.Chunk == c.Ordinal && slices.Contains(v.Waiters, a.h.ID().String()) {
 				return true
@@ -100,7 +101,7 @@ func TestChunkCachedMidFetchIsAnnounced(t *testing.T) {
 	}
 	// The announcement reaches the scheduler at the client's next flush.
 	var ans scheduler.Answer
-	waitFor(t, "the scheduler to route the third peer to a", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "the scheduler to route the third peer to a", func() bool {
 		ans, err = st.Parents(third, img.blob, []uint32{c.Ordinal}, time.Now())
 		return err == nil && len(ans.Parents) == 1 && ans.Parents[0].ID == a.h.ID().String()
 	})

@@ -10,6 +10,7 @@ import (
 
 	"damselfly/peer/exchange"
 	"damselfly/rafs"
+	"damselfly/rafs/rafstest"
 )
 
 // One remote peer floods a serving peer with requests: 32 at a time, each
@@ -101,14 +102,14 @@ func TestFloodingPeer(t *testing.T) {
 		})
 	}
 	defer func() { stopFlood(); flood.Wait() }()
-	waitFor(t, "the flood to fill its share", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "the flood to fill its share", func() bool {
 		if n := otherErr.Load(); n > 0 {
 			t.Fatalf("%d flood requests failed other than busy", n)
 		}
 		return floodBytes.Load() > 0 && busy.Load() > 0
 	})
 	floodAlone := time.Now().Add(300 * time.Millisecond)
-	waitFor(t, "300 ms of the flood alone", func() bool { return time.Now().After(floodAlone) })
+	rafstest.Eventually(t, 20*time.Second, "300 ms of the flood alone", func() bool { return time.Now().After(floodAlone) })
 	maxFloodAlone := maxActive.Load()
 
 	var during []time.Duration

@@ -8,6 +8,7 @@ import (
 
 	"damselfly/peer/fetch"
 	"damselfly/rafs"
+	"damselfly/rafs/rafstest"
 	"damselfly/rafs/route"
 	"damselfly/scheduler"
 )
@@ -88,7 +89,7 @@ func TestHeldRouteFetchesAtOnce(t *testing.T) {
 	ctx := testCtx(t)
 	errs := make(chan error, 1)
 	go func() { errs <- readAll(ctx, a.Node, o.ref(), img.blob, img.chunks) }()
-	waitFor(t, "a's origin request", func() bool { return o.reqs.Load() > 0 })
+	rafstest.Eventually(t, 20*time.Second, "a's origin request", func() bool { return o.reqs.Load() > 0 })
 	start := time.Now()
 	if err := readAll(ctx, b.Node, o.ref(), img.blob, img.chunks); err != nil {
 		t.Fatal(err)

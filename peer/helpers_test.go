@@ -468,18 +468,6 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// waitFor polls cond until it holds or 20 s pass.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 var _ = errors.Is
 
 var errCanceled = context.Canceled

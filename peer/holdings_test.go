@@ -13,6 +13,7 @@ import (
 
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
+	"damselfly/rafs/rafstest"
 )
 
 func TestHoldingsRoundTrip(t *testing.T) {
@@ -131,7 +132,7 @@ func TestHoldingsPersistedAndReannounced(t *testing.T) {
 	for i, c := range img.chunks {
 		all[i] = c.Ordinal
 	}
-	waitFor(t, "holdings announced", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "holdings announced", func() bool {
 		ann, _, _ := a.router.snapshot()
 		got := slices.Sorted(slices.Values(ann[img.blob]))
 		return slices.Equal(slices.Compact(got), all)
@@ -147,11 +148,11 @@ func TestHoldingsPersistedAndReannounced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "evicted chunks dropped", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "evicted chunks dropped", func() bool {
 		_, dropped, _ := a.router.snapshot()
 		return slices.Equal(slices.Sorted(slices.Values(dropped[img.blob])), gone)
 	})
-	waitFor(t, "holdings file rewritten", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "holdings file rewritten", func() bool {
 		hs, err := readHoldings(filepath.Join(hdir, hexOf(img.blob)), img.blob)
 		return err == nil && len(hs) == len(img.chunks)-2
 	})

@@ -16,6 +16,7 @@ import (
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
 	"damselfly/rafs/chunkapi"
+	"damselfly/rafs/rafstest"
 	"damselfly/rafs/route"
 )
 
@@ -373,10 +374,10 @@ func TestReaderLeavingCancelsOnlyWhenAlone(t *testing.T) {
 	short, cancel := contextWithCancel(ctx)
 	done1 := make(chan error, 1)
 	go func() { done1 <- readAll(short, a.Node, o.ref(), img.blob, img.chunks[:1]) }()
-	waitFor(t, "reader 1 to ask the origin", func() bool { return o.reqs.Load() > 0 })
+	rafstest.Eventually(t, 20*time.Second, "reader 1 to ask the origin", func() bool { return o.reqs.Load() > 0 })
 	done2 := make(chan error, 1)
 	go func() { done2 <- readAll(ctx, a.Node, o.ref(), img.blob, img.chunks[:1]) }()
-	waitFor(t, "reader 2 to join", func() bool { return a.Stats().Collapsed > 0 })
+	rafstest.Eventually(t, 20*time.Second, "reader 2 to join", func() bool { return a.Stats().Collapsed > 0 })
 	cancel()
 	if err := <-done1; !errors.Is(err, errCanceled) {
 		t.Errorf("reader 1: got %v, want cancelled", err)

@@ -9,6 +9,7 @@ import (
 
 	"damselfly/rafs"
 	"damselfly/rafs/chunkapi"
+	"damselfly/rafs/rafstest"
 	"damselfly/scheduler"
 )
 
@@ -46,7 +47,7 @@ func TestCachedChunkOfAnotherBlobNotServed(t *testing.T) {
 	if err := sched.Register("probe", scheduler.PeerInfo{Addrs: []string{"/ip4/127.0.0.1/tcp/1"}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the scheduler to name a for the public blob", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "the scheduler to name a for the public blob", func() bool {
 		ans, err := sched.Parents("probe", pub.blob, []uint32{pub.chunks[0].Ordinal}, time.Now())
 		return err == nil && len(ans.Parents) == 1 && ans.Parents[0].ID == a.h.ID().String()
 	})

@@ -9,6 +9,7 @@ import (
 	"damselfly/peer/exchange"
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
+	"damselfly/rafs/rafstest"
 	"damselfly/rafs/route"
 	"damselfly/scheduler"
 )
@@ -121,7 +122,7 @@ func TestStalledParentIsHedged(t *testing.T) {
 		t.Errorf("reader 0 sent no hedge")
 	}
 	// The cancelled request reports after the read has its chunks.
-	waitFor(t, "reader 0 to report the stalled parent", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "reader 0 to report the stalled parent", func() bool {
 		_, _, rs := first.router.snapshot()
 		_, failed, _ := reportsAbout(rs)
 		return failed > 0

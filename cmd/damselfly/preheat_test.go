@@ -142,7 +142,7 @@ func startPreheatNodes(t *testing.T, n int) (*server.Server, []*daemon.Daemon) {
 		runUntilCleanup(t, "peer", d.Run)
 		peers = append(peers, d)
 	}
-	waitFor(t, "the peers to register", func() bool {
+	rafstest.Eventually(t, 30*time.Second, "the peers to register", func() bool {
 		alive := 0
 		for _, p := range s.State().Peers(time.Now()) {
 			if p.Alive {
@@ -165,19 +165,6 @@ func runUntilCleanup(t *testing.T, what string, run func(context.Context) error)
 			t.Errorf("%s: %v", what, err)
 		}
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 // TestPreheatCommand runs `damselfly preheat` against an in-process
@@ -249,7 +236,7 @@ func TestPreheatCommandInterrupt(t *testing.T) {
 			_ = cmd.Wait()
 		}
 	}()
-	waitFor(t, "both peers to fetch", func() bool {
+	rafstest.Eventually(t, 30*time.Second, "both peers to fetch", func() bool {
 		return peers[0].Preheater().Running() == 1 && peers[1].Preheater().Running() == 1 && g.inGate.Load() > 0
 	})
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -263,7 +250,7 @@ func TestPreheatCommandInterrupt(t *testing.T) {
 	if !strings.Contains(stdout.String(), " cancelled: 0 peers done, 0 failed, 2 cancelled") || !strings.Contains(stderr.String(), "interrupted") {
 		t.Errorf("after SIGINT: stdout %q, stderr %q; want the cancelled summary", stdout.String(), stderr.String())
 	}
-	waitFor(t, "the peers to stop", func() bool {
+	rafstest.Eventually(t, 30*time.Second, "the peers to stop", func() bool {
 		return peers[0].Preheater().Running() == 0 && peers[1].Preheater().Running() == 0 && g.inGate.Load() == 0
 	})
 }

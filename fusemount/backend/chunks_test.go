@@ -18,6 +18,7 @@ import (
 	peerproxy "damselfly/proxy"
 	"damselfly/rafs"
 	"damselfly/rafs/chunkapi"
+	"damselfly/rafs/rafstest"
 	"damselfly/rafs/registry"
 )
 
@@ -286,7 +287,7 @@ func TestReadChunksCancelled(t *testing.T) {
 	b := newBackend(t, o.config())
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() {
-		waitFor(t, "the request", func() bool { return o.gets.Load() > 0 })
+		rafstest.Eventually(t, 10*time.Second, "the request", func() bool { return o.gets.Load() > 0 })
 		cancel()
 	}()
 	_, err := b.ReadChunksFrom(ctx, cb.blob, cb.chunks, func(int, rafs.Chunk, []byte) error { return nil })
@@ -481,7 +482,7 @@ func TestReadChunksThroughPeer(t *testing.T) {
 			cfg := o.config()
 			cfg.Proxy = ProxyConfig{URL: startPeer(t, o, peer), PingURL: ping.URL, Fallback: tt.fallback, CheckInterval: time.Hour}
 			b := newBackend(t, cfg)
-			waitFor(t, "the first health probe", func() bool { return pings.Load() > 0 })
+			rafstest.Eventually(t, 10*time.Second, "the first health probe", func() bool { return pings.Load() > 0 })
 			c := &collector{t: t}
 			if _, err := b.ReadChunksFrom(t.Context(), cb.blob, cb.chunks, c.deliver(cb)); err != nil {
 				t.Fatal(err)
@@ -533,9 +534,9 @@ func TestReadChunksThroughPeerSocket(t *testing.T) {
 	// Health probes go over the socket: unhealthy while nothing serves
 	// it, healthy once the peer does.
 	b := newBackend(t, cfg)
-	waitFor(t, "the proxy to be found down", func() bool { return !b.Stats().ProxyHealthy })
+	rafstest.Eventually(t, 10*time.Second, "the proxy to be found down", func() bool { return !b.Stats().ProxyHealthy })
 	startPeerSocket(t, o, peer, sock)
-	waitFor(t, "the proxy to be found up", func() bool { return b.Stats().ProxyHealthy })
+	rafstest.Eventually(t, 10*time.Second, "the proxy to be found up", func() bool { return b.Stats().ProxyHealthy })
 	c := &collector{t: t}
 	if _, err := b.ReadChunksFrom(t.Context(), cb.blob, cb.chunks, c.deliver(cb)); err != nil {
 		t.Fatal(err)
@@ -599,7 +600,7 @@ func TestReadDecodedChunksFrom(t *testing.T) {
 			cfg := o.config()
 			cfg.Proxy = ProxyConfig{URL: startPeer(t, o, peer), PingURL: ping.URL, Fallback: true, CheckInterval: time.Hour}
 			b := newBackend(t, cfg)
-			waitFor(t, "the first health probe", func() bool { return pings.Load() > 0 })
+			rafstest.Eventually(t, 10*time.Second, "the first health probe", func() bool { return pings.Load() > 0 })
 			next, plains := 0, 0
 			src, err := b.ReadDecodedChunksFrom(t.Context(), cb.blob, cb.chunks, func(i int, c rafs.Chunk, stored, plain []byte, src Source) error {
 				if i != next {

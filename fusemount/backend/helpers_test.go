@@ -137,20 +137,6 @@ func closedPort(t *testing.T) string {
 	return addr
 }
 
-// waitFor polls cond until it holds or 10s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 // stepClock is a Clock on which waiting takes no time: After moves the
 // clock forward by d and fires at once. Only for backends without a proxy
 // (the health checker would spin on it).

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"bytes"
+	"damselfly/rafs/rafstest"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -65,7 +66,7 @@ func TestProxyDownFallsBack(t *testing.T) {
 			t.Fatalf("read %d: source %s, want %s", i, src, SourceRegistry)
 		}
 	}
-	waitFor(t, "several failed health checks", func() bool { return pings.Load() >= 5 })
+	rafstest.Eventually(t, 10*time.Second, "several failed health checks", func() bool { return pings.Load() >= 5 })
 	st := b.Stats()
 	if st.ProxyHealthy || st.Fallbacks != 10 || st.Registry.Requests != 10 || st.Registry.Errors != 0 {
 		t.Errorf("stats: got %+v, want proxy unhealthy and 10 fallbacks served by the registry", st)
@@ -93,14 +94,14 @@ func TestProxyRecovers(t *testing.T) {
 		t.Fatalf("proxy down: source %s, want %s", src, SourceRegistry)
 	}
 	m.up.Store(true)
-	waitFor(t, "the proxy to be healthy again", func() bool { return b.Stats().ProxyHealthy })
+	rafstest.Eventually(t, 10*time.Second, "the proxy to be healthy again", func() bool { return b.Stats().ProxyHealthy })
 	for i := range 5 {
 		if src := readAt(t, b, blob, data, int64(i*100), 100); src != SourceProxy {
 			t.Fatalf("proxy back: source %s, want %s", src, SourceProxy)
 		}
 	}
 	m.up.Store(false)
-	waitFor(t, "the proxy to be unhealthy again", func() bool { return !b.Stats().ProxyHealthy })
+	rafstest.Eventually(t, 10*time.Second, "the proxy to be unhealthy again", func() bool { return !b.Stats().ProxyHealthy })
 	if src := readAt(t, b, blob, data, 0, 1000); src != SourceRegistry {
 		t.Fatalf("proxy down again: source %s, want %s", src, SourceRegistry)
 	}
@@ -215,7 +216,7 @@ func TestProxyGetsRegistryToken(t *testing.T) {
 		t.Fatalf("proxy down: source %s, want %s", src, SourceRegistry)
 	}
 	m.up.Store(true)
-	waitFor(t, "the proxy to be healthy", func() bool { return b.Stats().ProxyHealthy })
+	rafstest.Eventually(t, 10*time.Second, "the proxy to be healthy", func() bool { return b.Stats().ProxyHealthy })
 	if src := readAt(t, b, blob, data, 10, 10); src != SourceProxy {
 		t.Fatalf("proxy up: source %s, want %s", src, SourceProxy)
 	}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"damselfly/rafs"
+	"damselfly/rafs/rafstest"
 )
 
 func TestReadRanges(t *testing.T) {
@@ -307,7 +308,7 @@ func TestReadSurvivesRegistryRestart(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, "a failed attempt on the stopped registry", func() bool { return b.Stats().Registry.Errors > 0 })
+	rafstest.Eventually(t, 10*time.Second, "a failed attempt on the stopped registry", func() bool { return b.Stats().Registry.Errors > 0 })
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("restart the registry on %s: %v", addr, err)
@@ -457,7 +458,7 @@ func TestDeadlineStopsAttemptInFlight(t *testing.T) {
 			if !strings.Contains(err.Error(), "attempt in flight was stopped") || !strings.Contains(err.Error(), cb.blob.Digest.String()) {
 				t.Errorf("got %q, want it to name the blob and the stopped attempt", err)
 			}
-			waitFor(t, "the server to see the request stopped", func() bool { return h.gone.Load() >= 1 })
+			rafstest.Eventually(t, 10*time.Second, "the server to see the request stopped", func() bool { return h.gone.Load() >= 1 })
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"damselfly/rafs"
+	"damselfly/rafs/rafstest"
 )
 
 // Scenario 4: a peer is killed while another node reads from it, and the
@@ -50,7 +51,7 @@ func TestPeerKilledAndSchedulerRestarted(t *testing.T) {
 	// A's heartbeats stopped with it: the scheduler drops A, and with it
 	// everything A held, after the peer TTL (3 s here).
 	gone := time.Now()
-	waitUntil(t, "the scheduler to drop killed peer A", 15*time.Second, func() bool { return !listed(t, c.sched, a.id) })
+	rafstest.Eventually(t, 15*time.Second, "the scheduler to drop killed peer A", func() bool { return !listed(t, c.sched, a.id) })
 	t.Logf("measured: the scheduler dropped killed peer A %s after B's reads ended", time.Since(gone).Round(time.Millisecond))
 
 	c.sched.restart()
@@ -99,21 +100,4 @@ func listed(t *testing.T, s *scheduler, id string) bool {
 		}
 	}
 	return false
-}
-
-// waitUntil polls cond every 50 ms until it holds, failing the test if
-// it does not within limit.
-func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		case <-tick.C:
-		}
-	}
 }

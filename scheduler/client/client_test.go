@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"damselfly/rafs"
+	"damselfly/rafs/rafstest"
 	"damselfly/rafs/route"
 	"damselfly/scheduler"
 	"damselfly/scheduler/server"
@@ -25,7 +26,7 @@ var blob1 = rafs.Digest{0xb1}
 func routeToParent(t *testing.T, c *Client, blob rafs.Digest, chunks []uint32) route.Route {
 	t.Helper()
 	var rt route.Route
-	eventually(t, "a route naming a parent", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "a route naming a parent", func() bool {
 		var err error
 		rt, err = c.Route(t.Context(), blob, chunks)
 		if err != nil {
@@ -62,7 +63,7 @@ func TestAnnounceRoute(t *testing.T) {
 	}
 	b.Abandon(blob1, []uint32{3})
 	b.Report(ha.ID(), route.Outcome{Blob: blob1, Bytes: 10, Duration: time.Millisecond, OK: true})
-	eventually(t, "the report to count", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "the report to count", func() bool {
 		for _, v := range s.srv.State().Peers(time.Now()) {
 			if v.ID == ha.ID().String() && v.Reports == 1 {
 				return true
@@ -72,12 +73,12 @@ func TestAnnounceRoute(t *testing.T) {
 	})
 
 	a.Drop(blob1, []uint32{0})
-	eventually(t, "the drop to arrive", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "the drop to arrive", func() bool {
 		_, n := s.held(ha.ID().String())
 		return n == 2
 	})
 	a.Drop(blob1, []uint32{1, 2})
-	eventually(t, "the last drop to arrive", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "the last drop to arrive", func() bool {
 		blobs, _ := s.held(ha.ID().String())
 		return blobs == 0
 	})
@@ -91,11 +92,11 @@ func TestRestartedScheduler(t *testing.T) {
 	ha := newPeer(t)
 	a := startClient(t, ha, testClientConfig(s))
 	a.Announce(blob1, []uint32{0, 1, 2})
-	eventually(t, "the announcement", func() bool { _, n := s.held(ha.ID().String()); return n == 3 })
+	rafstest.Eventually(t, 20*time.Second, "the announcement", func() bool { _, n := s.held(ha.ID().String()); return n == 3 })
 
 	s.stop()
 	s.start()
-	eventually(t, "re-registration and a full re-announcement", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "re-registration and a full re-announcement", func() bool {
 		_, n := s.held(ha.ID().String())
 		return n == 3
 	})
@@ -116,13 +117,13 @@ func TestTwoSchedulers(t *testing.T) {
 
 	a.Announce(on1, []uint32{0, 1, 2})
 	a.Announce(on2, []uint32{5, 6})
-	eventually(t, "each blob on its owner", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "each blob on its owner", func() bool {
 		b1, n1 := s1.held(id)
 		b2, n2 := s2.held(id)
 		return b1 == 1 && n1 == 3 && b2 == 1 && n2 == 2
 	})
 	// Membership goes to both.
-	eventually(t, "b registered with both", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "b registered with both", func() bool {
 		b1, _ := s1.held(hb.ID().String())
 		b2, _ := s2.held(hb.ID().String())
 		return b1 == 0 && b2 == 0
@@ -131,7 +132,7 @@ func TestTwoSchedulers(t *testing.T) {
 
 	s1.stop()
 	stopped := time.Now()
-	eventually(t, "s1's blob to move to s2", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "s1's blob to move to s2", func() bool {
 		blobs, n := s2.held(id)
 		return blobs == 2 && n == 5
 	})
@@ -143,7 +144,7 @@ func TestTwoSchedulers(t *testing.T) {
 
 	s1.start()
 	restarted := time.Now()
-	eventually(t, "s1 back with its blob, and s2 rid of it", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "s1 back with its blob, and s2 rid of it", func() bool {
 		b1, n1 := s1.held(id)
 		b2, n2 := s2.held(id)
 		return b1 == 1 && n1 == 3 && b2 == 1 && n2 == 2
@@ -174,7 +175,7 @@ func TestNoScheduler(t *testing.T) {
 		t.Fatalf("got %v, want ErrNoRoute", err)
 	}
 	// Once the scheduler is taken as dead, Route fails at once.
-	eventually(t, "the scheduler to be taken as dead", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "the scheduler to be taken as dead", func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return len(a.liveLocked()) == 0
@@ -248,14 +249,14 @@ func TestCoalesce(t *testing.T) {
 	for i := uint32(500); i < 1000; i++ {
 		a.Drop(blob1, []uint32{i})
 	}
-	eventually(t, "the net effect: 500 chunks", func() bool { _, n := s.held(id); return n == 500 })
+	rafstest.Eventually(t, 20*time.Second, "the net effect: 500 chunks", func() bool { _, n := s.held(id); return n == 500 })
 
 	big := make([]uint32, wire.MaxOrdinals+10)
 	for i := range big {
 		big[i] = uint32(i)
 	}
 	a.Announce(blob1, big)
-	eventually(t, "a change larger than one Announce", func() bool { _, n := s.held(id); return n == int64(len(big)) })
+	rafstest.Eventually(t, 20*time.Second, "a change larger than one Announce", func() bool { _, n := s.held(id); return n == int64(len(big)) })
 }
 
 // A scheduler that answers "rate limited" is busy, not down: the client
@@ -269,7 +270,7 @@ func TestRateLimitedScheduler(t *testing.T) {
 		t.Parallel()
 		s := startSchedulerWith(t, func(c *server.Config) { c.RequestsPerPeer, c.RequestBurstPerPeer = 10, 1 })
 		c := startClient(t, newPeer(t), testClientConfig(s))
-		eventually(t, "registration", func() bool { b, _ := s.held(c.h.ID().String()); return b >= 0 })
+		rafstest.Eventually(t, 20*time.Second, "registration", func() bool { b, _ := s.held(c.h.ID().String()); return b >= 0 })
 		for i := range 5 {
 			if _, err := c.Route(t.Context(), blob1, []uint32{uint32(i)}); err != nil {
 				t.Fatalf("route %d: %v", i, err)
@@ -287,7 +288,7 @@ func TestRateLimitedScheduler(t *testing.T) {
 		other := startScheduler(t)
 		c := startClient(t, newPeer(t), testClientConfig(busy, other))
 		id := c.h.ID().String()
-		eventually(t, "registration with both", func() bool {
+		rafstest.Eventually(t, 20*time.Second, "registration with both", func() bool {
 			b1, _ := busy.held(id)
 			b2, _ := other.held(id)
 			return b1 >= 0 && b2 >= 0
@@ -308,7 +309,7 @@ func TestRateLimitedScheduler(t *testing.T) {
 		// Heartbeats go on past the refusals, and the busy scheduler
 		// stays live.
 		refused := time.Now()
-		eventually(t, "heartbeats to the busy scheduler after its refusals", func() bool {
+		rafstest.Eventually(t, 20*time.Second, "heartbeats to the busy scheduler after its refusals", func() bool {
 			for _, v := range busy.srv.State().Peers(time.Now()) {
 				if v.ID == id && v.LastSeen.After(refused.Add(2*testClientConfig().HeartbeatInterval)) {
 					return true

@@ -136,19 +136,6 @@ func startClient(t *testing.T, h *dhost.Host, cfg Config) *Client {
 	return c
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // blobOwnedBy returns a blob digest that Pick gives to want among names.
 func blobOwnedBy(t *testing.T, want string, names []string) rafs.Digest {
 	t.Helper()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 
+	"damselfly/rafs/rafstest"
 	"damselfly/scheduler"
 	"damselfly/scheduler/server"
 	"damselfly/scheduler/wire"
@@ -24,11 +25,11 @@ func TestRouteWait(t *testing.T) {
 	ha, hb := newPeer(t), newPeer(t)
 	a := startClient(t, ha, testClientConfig(s))
 	b := startClient(t, hb, testClientConfig(s))
-	eventually(t, "a's origin turn for chunk 4", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "a's origin turn for chunk 4", func() bool {
 		rt, err := a.Route(t.Context(), blob1, []uint32{4})
 		return err == nil && len(rt.Origin) == 1
 	})
-	eventually(t, "b to be a member", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "b to be a member", func() bool {
 		return len(s.srv.State().Peers(time.Now())) == 2
 	})
 	var announced atomic.Int64 // Unix ns

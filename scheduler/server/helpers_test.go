@@ -111,20 +111,6 @@ func wantCode(t *testing.T, resp wire.Message, code wire.Code) {
 	}
 }
 
-// eventually polls cond until it holds or 20 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // openStream opens a scheduler stream from h and sends nothing.
 func openStream(t *testing.T, h *dhost.Host, s *Server) network.Stream {
 	t.Helper()

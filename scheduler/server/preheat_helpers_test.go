@@ -239,7 +239,7 @@ func startPreheatCluster(t *testing.T, labels ...map[string]string) *preheatClus
 		c.peers = append(c.peers, d)
 		c.stops = append(c.stops, stop)
 	}
-	eventually(t, "every peer to register", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "every peer to register", func() bool {
 		n := 0
 		for _, p := range c.s.State().Peers(time.Now()) {
 			if p.Alive {

@@ -13,6 +13,7 @@ import (
 
 	dhost "damselfly/peer/host"
 	"damselfly/rafs"
+	"damselfly/rafs/rafstest"
 	"damselfly/scheduler"
 	"damselfly/scheduler/wire"
 )
@@ -124,7 +125,7 @@ func TestExpiry(t *testing.T) {
 			t.Fatalf("got %d blobs, want at most 1", n)
 		}
 	}
-	eventually(t, "the silent peer to expire", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "the silent peer to expire", func() bool {
 		return len(s.State().Peers(time.Now())) == 0 && len(s.State().Blobs()) == 0
 	})
 	wantCode(t, request(t, a, s, &wire.Heartbeat{}), wire.CodeUnknownPeer)
@@ -161,7 +162,7 @@ func TestStreamLimit(t *testing.T) {
 	wantOK(t, request(t, a, s, &wire.Register{}))
 	// The server releases the register's stream after the answer is
 	// out: counted now, it would pass for the held one below.
-	eventually(t, "the register's stream to be released", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "the register's stream to be released", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.perPeer[a.ID()] == 0
@@ -173,7 +174,7 @@ func TestStreamLimit(t *testing.T) {
 	if _, err := st.Write([]byte{0, 0}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the held stream to be counted", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "the held stream to be counted", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.perPeer[a.ID()] == 1

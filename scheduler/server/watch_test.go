@@ -5,6 +5,7 @@ import (
 	"time"
 
 	dhost "damselfly/peer/host"
+	"damselfly/rafs/rafstest"
 	"damselfly/scheduler"
 	"damselfly/scheduler/wire"
 )
@@ -67,7 +68,7 @@ func TestRouteWaitHeldUntilAnnounced(t *testing.T) {
 		t.Fatalf("a's route: got %+v, want its origin turn for chunk 0", ans)
 	}
 	held := startRouteWait(t, b, s, &wire.RouteWait{Blob: blobA, Chunks: []uint32{0}, MaxWait: 8 * time.Second})
-	eventually(t, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
+	rafstest.Eventually(t, 20*time.Second, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
 	// An announcement of another chunk does not answer it.
 	wantOK(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{5}}))
 	select {
@@ -121,7 +122,7 @@ func TestRouteWaitTimesOutAndAbandon(t *testing.T) {
 func wantWokenBy(t *testing.T, s *Server, a, b *dhost.Host, m wire.Message) {
 	t.Helper()
 	held := startRouteWait(t, b, s, &wire.RouteWait{Blob: blobA, Chunks: []uint32{3}, MaxWait: 8 * time.Second})
-	eventually(t, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
+	rafstest.Eventually(t, 20*time.Second, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
 	wantOK(t, request(t, a, s, m))
 	r := <-held
 	if r.err != nil {
@@ -155,10 +156,10 @@ func TestRouteWaitFreesStreamSlot(t *testing.T) {
 		defer s.mu.Unlock()
 		return s.perPeer[b.ID()] == 0
 	}
-	eventually(t, "b's register stream to be released", released)
+	rafstest.Eventually(t, 20*time.Second, "b's register stream to be released", released)
 	held := startRouteWait(t, b, s, &wire.RouteWait{Blob: blobA, Chunks: []uint32{1}, MaxWait: 8 * time.Second})
-	eventually(t, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
-	eventually(t, "the held route to give back its slot", released)
+	rafstest.Eventually(t, 20*time.Second, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
+	rafstest.Eventually(t, 20*time.Second, "the held route to give back its slot", released)
 	wantOK(t, request(t, b, s, &wire.Heartbeat{}))
 	wantOK(t, request(t, a, s, &wire.Announce{Blob: blobA, Chunks: []uint32{1}}))
 	if r := <-held; r.err != nil || len(r.ans.Parents) != 1 {
@@ -190,7 +191,7 @@ func TestUndeliveredTurnsGivenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = st.CloseWrite()
-	eventually(t, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
+	rafstest.Eventually(t, 20*time.Second, "b's route to be held", func() bool { return s.HeldRoutes() == 1 })
 	_ = st.Reset()
 	// A round trip on a new stream of the same connection: the server has
 	// read the reset, sent before it, when this is answered.
@@ -199,9 +200,9 @@ func TestUndeliveredTurnsGivenBack(t *testing.T) {
 	// a gives its turn up: the held route is answered with b's turn,
 	// which cannot reach b.
 	wantOK(t, request(t, a, s, &wire.Abandon{Blob: blobA, Chunks: []uint32{3}}))
-	eventually(t, "b's route to end", func() bool { return s.HeldRoutes() == 0 })
+	rafstest.Eventually(t, 20*time.Second, "b's route to end", func() bool { return s.HeldRoutes() == 0 })
 	var ans scheduler.Answer
-	eventually(t, "c to get the turn", func() bool {
+	rafstest.Eventually(t, 20*time.Second, "c to get the turn", func() bool {
 		ans = request(t, c, s, &wire.Route{Blob: blobA, Chunks: []uint32{3}}).(*wire.Answer).Answer
 		return equal(ans.Origin, []uint32{3})
 	})
