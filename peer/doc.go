@@ -24,24 +24,25 @@
 //   - plain.go: plain (non-RAFS) blobs for the mirror (proxy.BlobSource):
 //     pieces (package piece) read as raw chunks under the blob's plain
 //     key (fetch.Engine.ReadPieces, which asks the origin for the blob
-//     itself; RAFS reads go to the origin reader unwrapped), the piece tables this node checked (served to peers over
+//     itself; RAFS reads go to the origin reader unwrapped), the piece
+//     tables this node checked (served to peers over
 //     exchange.TableProtocolID), a table fetched from a holder, and the
 //     recording of a blob streaming from the origin; plain_store.go keeps
 //     the checked tables on disk across restarts.
 //
 // A chunk's identity is its digest and its digest algorithm
 // (rafs.ChunkBlake3) everywhere: node cache entries (cache.Key),
-// holdings, exchange lookups and the engine's flights. A read that names a stored
-// digest under the other algorithm misses; it never gets the entry
+// holdings, exchange lookups and the engine's flights. A read that names
+// a stored digest under the other algorithm misses; it never gets the entry
 // deleted or its holder reported.
 //
 // Every chunk is verified against its digest before it is cached, handed
 // to a reader or announced, and announced only once it is in the node
 // cache. Subpackages: fetch (the fetch engine, with its counters and
 // Stats), host (the libp2p host), exchange (the chunk and piece table
-// protocols), cache (the node cache), preheat (the preheat
+// protocols), preheat (the preheat
 // worker, which reads an image's chunks through the Node for the
 // scheduler client's preheat streams), daemon (the assembled peer
-// daemon). Piece tables are rafs/piece; the Router's answer types are
-// rafs/route.
+// daemon). The node cache is rafs/cache, piece tables rafs/piece, the
+// Router's answer types rafs/route: contracts shared with other daemons.
 package peer
