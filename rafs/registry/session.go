@@ -33,14 +33,16 @@ type session struct {
 }
 
 // sessionKey names the session for pulling repo of base with creds;
-// creds are hashed so the cache holds no password as a key. keychain
-// marks the node's keychain (WithKeychain), resolved in the handshake.
+// creds are hashed so the cache holds no password as a key, and hashed
+// whole: two credentials that shared a key would share a session, and
+// one client would be sent with another's token. keychain marks the
+// node's keychain (WithKeychain), resolved in the handshake.
 func sessionKey(base, repo, creds string, keychain bool) string {
 	if keychain {
 		return base + "|" + repo + "|keychain"
 	}
 	h := sha256.Sum256([]byte(creds))
-	return base + "|" + repo + "|" + hex.EncodeToString(h[:8])
+	return base + "|" + repo + "|" + hex.EncodeToString(h[:])
 }
 
 // session returns the session of key, doing the handshake if there is
