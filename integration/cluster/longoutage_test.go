@@ -53,7 +53,7 @@ func TestLongRegistryOutage(t *testing.T) {
 
 	// No amplification and no readahead, so that every node asks for
 	// just what it reads.
-	const narrow = "amplify_io: 65536\nreadahead_chunks: 0\n"
+	const narrow = "advanced:\n  amplify_io: 65536\n  readahead_chunks: 0\n"
 	a, b, n3 := c.addNode("a", ""), c.addNode("b", ""), c.addNode("c", "")
 	if failed := a.mount(im, narrow).readFiles(im, held); len(failed) > 0 {
 		t.Fatalf("node A: %d reads failed with the registry up: %v", len(failed), failed)
