@@ -21,14 +21,9 @@
 //     knows to be part of each blob: a chunk is taken from the cache for
 //     a read of a blob, or sent to a peer as part of one (PartOf, the
 //     exchange server's part-of hook), only if it is held for that blob.
-//   - plain.go: plain (non-RAFS) blobs for the mirror (proxy.BlobSource):
-//     pieces (package piece) read as raw chunks under the blob's plain
-//     key (fetch.Engine.ReadPieces, which asks the origin for the blob
-//     itself; RAFS reads go to the origin reader unwrapped), the piece
-//     tables this node checked (served to peers over
-//     exchange.TableProtocolID), a table fetched from a holder, and the
-//     recording of a blob streaming from the origin; plain_store.go keeps
-//     the checked tables on disk across restarts.
+//   - the node's plain blobs (package plain): Plain returns the source the
+//     mirror serves plain (non-RAFS) layers from, pieces read through the
+//     same engine; the Node is its plain.Holdings (fetch_node.go).
 //
 // A chunk's identity is its digest and its digest algorithm
 // (rafs.ChunkBlake3) everywhere: node cache entries (cache.Key),
@@ -40,7 +35,7 @@
 // to a reader or announced, and announced only once it is in the node
 // cache. Subpackages: fetch (the fetch engine, with its counters and
 // Stats), host (the libp2p host), exchange (the chunk and piece table
-// protocols), preheat (the preheat
+// protocols), plain (plain blobs as pieces), preheat (the preheat
 // worker, which reads an image's chunks through the Node for the
 // scheduler client's preheat streams), daemon (the assembled peer
 // daemon). The node cache is rafs/cache, piece tables rafs/piece, the

@@ -29,3 +29,10 @@ func (n *Node) ReadChunksEarly(ctx context.Context, up registry.Ref, blob rafs.D
 func (n *Node) Hold(blob rafs.Digest, ordinal uint32, k cache.Key) bool {
 	return n.hold.add(blob, ordinal, k)
 }
+
+// Unhold implements plain.Holdings: it forgets chunks ordinals of blob
+// and tells the Router.
+func (n *Node) Unhold(blob rafs.Digest, ordinals []uint32) {
+	n.hold.remove(blob, ordinals)
+	n.router.Drop(blob, ordinals)
+}

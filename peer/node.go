@@ -9,8 +9,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/host"
 
-	"damselfly/peer/exchange"
 	"damselfly/peer/fetch"
+	"damselfly/peer/plain"
 	"damselfly/rafs/cache"
 )
 
@@ -26,8 +26,7 @@ type Node struct {
 	log    *slog.Logger
 	m      *fetch.Metrics
 	hold   *holdings
-	plain  *plainState
-	tables *exchange.TableServer
+	plain  *plain.Source
 	eng    *fetch.Engine
 }
 
@@ -57,15 +56,7 @@ func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r fetch.Router, origin
 	if err := hold.load(); err != nil {
 		return nil, err
 	}
-	plain := newPlainState(newTableStore(cfg.HoldingsDir, log))
-	tables, err := plain.store.load()
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range tables {
-		plain.add(t, false)
-	}
-	n := &Node{cfg: cfg, h: h, cache: c, router: r, log: log, m: m, hold: hold, plain: plain}
+	n := &Node{cfg: cfg, h: h, cache: c, router: r, log: log, m: m, hold: hold}
 	n.eng, err = fetch.New(cfg.engine(), fetch.Deps{
 		Host: h, Cache: c, Holdings: n, Router: r, Origin: origin,
 		Metrics: m, Log: log,
@@ -73,7 +64,13 @@ func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r fetch.Router, origin
 	if err != nil {
 		return nil, err
 	}
-	n.tables = exchange.NewTableServer(h, n.plain.lookup, log.With("part", "piecetable"))
+	n.plain, err = plain.New(plain.Config{PieceSize: cfg.PieceSize, Dir: cfg.HoldingsDir}, plain.Deps{
+		Engine: n.eng, Host: h, Cache: c, Router: r, Holdings: n, Metrics: m, Log: log,
+	})
+	if err != nil {
+		n.eng.Close()
+		return nil, err
+	}
 	c.SetEvictHook(n.evicted)
 	return n, nil
 }
@@ -131,11 +128,15 @@ func (n *Node) flushHoldings() error {
 // the holdings. Reads after Close fail with fetch.ErrClosed. It is
 // idempotent.
 func (n *Node) Close() error {
-	n.tables.Close()
+	n.plain.Close()
 	n.eng.Close()
 	n.cache.SetEvictHook(nil)
 	return n.flushHoldings()
 }
+
+// Plain returns the node's source of plain blobs for the mirror
+// (proxy.BlobSource).
+func (n *Node) Plain() *plain.Source { return n.plain }
 
 // Stats returns the node's counters. Safe for concurrent use.
 func (n *Node) Stats() Stats { return n.m.Stats() }

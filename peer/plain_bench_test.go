@@ -24,10 +24,7 @@ func BenchmarkPlainBlob(b *testing.B) {
 		}
 	}
 	reset := func(m *mirrorNode) {
-		if t := m.plain.get(blob); t != nil {
-			m.plain.forget(blob)
-			m.dropPieces(blob, t)
-		}
+		m.Plain().Forget(blob)
 	}
 	b.Run("origin", func(b *testing.B) {
 		m := newMirrorNode(b, key, newScheduler(b), reg, nil, def)

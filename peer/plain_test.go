@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -24,6 +26,7 @@ import (
 
 	"damselfly/peer/exchange"
 	dhost "damselfly/peer/host"
+	"damselfly/peer/plain"
 	"damselfly/proxy"
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
@@ -124,7 +127,7 @@ func newMirrorNode(t testing.TB, key string, st *scheduler.State, reg *plainRegi
 	pcfg := proxy.Default()
 	pcfg.Listen = "127.0.0.1:0"
 	pcfg.ShutdownTimeout = 5 * time.Second
-	ps, err := proxy.New(pcfg, nd, up, prometheus.NewRegistry(), testLog())
+	ps, err := proxy.New(pcfg, nd, up, prometheus.NewRegistry(), testLog(), proxy.WithBlobs(nd.Plain()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,8 +198,8 @@ func TestPlainBlobGoesP2P(t *testing.T) {
 	if got := reg.blobBytes.Load(); got != int64(len(data)) {
 		t.Fatalf("registry sent %d blob bytes for A's pull, want %d", got, len(data))
 	}
-	if ann, _, _ := a.router.snapshot(); len(ann[plainKey(blob)]) != 18 {
-		t.Fatalf("A announced %d pieces, want 18", len(ann[plainKey(blob)]))
+	if ann, _, _ := a.router.snapshot(); len(ann[plain.Key(blob)]) != 18 {
+		t.Fatalf("A announced %d pieces, want 18", len(ann[plain.Key(blob)]))
 	}
 	before := reg.blobBytes.Load()
 	b.mustGet(t, "test/plain", blob, "", data, http.StatusOK)
@@ -217,7 +220,7 @@ func TestPlainBlobGoesP2P(t *testing.T) {
 	if got := reg.blobBytes.Load() - before; got != 0 {
 		t.Fatalf("registry sent %d blob bytes for B's ranges, want 0", got)
 	}
-	if _, ok := b.plain.lookup(blob); !ok {
+	if _, ok := b.Plain().PieceTable(t.Context(), registry.Ref{}, blob, false); !ok {
 		t.Fatal("B does not serve the table after checking the blob")
 	}
 	// A blob nobody holds, with a range, passes through.
@@ -290,11 +293,9 @@ func lyingTable(t *testing.T, size int) {
 	key, st, reg := clusterKey(t), newScheduler(t), newPlainRegistry(t)
 	data := randBytes(uint64(44+size), size)
 	blob := reg.push(t, "test/plain", data)
-	m := newMirrorNode(t, key, st, reg, nil)
-	b := newMirrorNode(t, key, st, reg, nil)
-
 	// M claims a table for the blob made from other bytes of the same
-	// size, and holds those pieces.
+	// size (kept on its disk, as if it had checked it), and holds those
+	// pieces.
 	fake := randBytes(45, len(data))
 	bld, err := piece.NewBuilder(sha256.Sum256(fake), piece.MinSize, nil)
 	if err != nil {
@@ -306,6 +307,18 @@ func lyingTable(t *testing.T, size int) {
 		t.Fatal(err)
 	}
 	ft.Blob = blob
+	mdir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(mdir, "piece-tables"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mdir, "piece-tables", hex.EncodeToString(blob[:])), ft.Encode(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := newMirrorNode(t, key, st, reg, nil, func(c *NodeConfig) { c.HoldingsDir = mdir })
+	b := newMirrorNode(t, key, st, reg, nil)
+	if _, ok := m.Plain().PieceTable(t.Context(), registry.Ref{}, blob, false); !ok {
+		t.Fatal("M did not load the table from its disk")
+	}
 	var ords []uint32
 	for i := range ft.Count() {
 		c := ft.Chunk(i)
@@ -314,8 +327,7 @@ func lyingTable(t *testing.T, size int) {
 		}
 		ords = append(ords, uint32(i))
 	}
-	m.plain.keep(ft)
-	m.router.Announce(plainKey(blob), ords)
+	m.router.Announce(plain.Key(blob), ords)
 
 	code, body, err := b.get(t, "test/plain", blob, "")
 	if ft.Count() > 1 {
@@ -334,11 +346,11 @@ func lyingTable(t *testing.T, size int) {
 			t.Fatalf("B still holds piece %d read through the lying table", i)
 		}
 	}
-	if _, _, reports := b.router.snapshot(); !hasBadReport(reports, plainKey(blob)) {
+	if _, _, reports := b.router.snapshot(); !hasBadReport(reports, plain.Key(blob)) {
 		t.Fatalf("B reported %+v, want a bad-bytes report for the blob", reports)
 	}
 	b.mustGet(t, "test/plain", blob, "", data, http.StatusOK)
-	if _, ok := b.plain.lookup(blob); !ok {
+	if _, ok := b.Plain().PieceTable(t.Context(), registry.Ref{}, blob, false); !ok {
 		t.Fatal("B did not keep the table of the blob it read from the origin")
 	}
 }

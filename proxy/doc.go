@@ -7,7 +7,8 @@
 //     skopeo and nydusd-style daemons use it unchanged. Manifests, tags,
 //     referrers and blobs pass through to the origin registry with the
 //     client's credentials (package rafs/registry does the talking), except
-//     that a blob GET is served from peers when the node can (BlobSource,
+//     that a blob GET is served from peers when the node can (a BlobSource
+//     given with WithBlobs,
 //     mirror_blob.go: plain blobs in pieces checked against a piece table
 //     and in full against the blob digest); the origin
 //     comes from containerd's ?ns= parameter, the X-Damselfly-Registry (or

@@ -113,7 +113,7 @@ func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
 		path += "?" + q.Encode()
 	}
 	ref := registry.Ref{Registry: reg, Repo: rt.name, Authorization: r.Header.Get("Authorization")}
-	if bs, ok := s.chunks.(BlobSource); ok && rt.kind == "blobs" && r.Method == http.MethodGet {
+	if bs := s.blobs; bs != nil && rt.kind == "blobs" && r.Method == http.MethodGet {
 		if blob, err := rafs.ParseDigest(rt.ref); err == nil {
 			// Bytes from the node or its peers only to a client the
 			// registry would give them to.

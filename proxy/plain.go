@@ -8,11 +8,11 @@ import (
 	"damselfly/rafs/registry"
 )
 
-// BlobSource is the optional capability of a ChunkSource to serve plain
-// (non-RAFS) blobs, such as ordinary OCI layers, from peers: the blob is
+// BlobSource serves plain (non-RAFS) blobs, such as ordinary OCI layers,
+// from the node and its peers (WithBlobs): the blob is
 // read as pieces (package piece), each a raw chunk that ReadChunks
 // delivers verified against the piece table, and the whole is checked
-// against the blob digest at the end. peer.Node implements it. Methods
+// against the blob digest at the end. The peer's plain.Source implements it. Methods
 // are safe for concurrent use.
 type BlobSource interface {
 	// PieceTable returns the table to read blob through, and whether the

@@ -19,11 +19,19 @@ import (
 	"damselfly/rafs/registry"
 )
 
+// Option adds an optional part to a Server.
+type Option func(*Server)
+
+// WithBlobs has the mirror serve plain blob GETs from bs (the node cache
+// and peers) when it can; without it they pass through from the origin.
+func WithBlobs(bs BlobSource) Option { return func(s *Server) { s.blobs = bs } }
+
 // Server is the peer's HTTP endpoint. Create it with New, bind with
 // Listen, run with Serve.
 type Server struct {
 	cfg    Config
 	chunks ChunkSource
+	blobs  BlobSource // nil: plain blobs pass through from the origin
 	up     *registry.Client
 	log    *slog.Logger
 	m      *metrics
@@ -39,7 +47,7 @@ type Server struct {
 // registries through up. Its metrics are registered with reg (nil: a
 // registry of its own); /metrics serves reg if it is also a
 // prometheus.Gatherer (a *prometheus.Registry is). log may be nil.
-func New(cfg Config, chunks ChunkSource, up *registry.Client, reg prometheus.Registerer, log *slog.Logger) (*Server, error) {
+func New(cfg Config, chunks ChunkSource, up *registry.Client, reg prometheus.Registerer, log *slog.Logger, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
@@ -61,6 +69,9 @@ func New(cfg Config, chunks ChunkSource, up *registry.Client, reg prometheus.Reg
 		return nil, err
 	}
 	s := &Server{cfg: cfg, chunks: chunks, up: up, log: log, m: m, gate: newGate(up, cfg.AuthTTL, cfg.AuthStale, key)}
+	for _, o := range opts {
+		o(s)
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", m.instrument("healthz", cfg.WriteStallTimeout, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -17,6 +17,7 @@ import (
 	"damselfly/peer/exchange"
 	"damselfly/peer/fetch"
 	dhost "damselfly/peer/host"
+	"damselfly/peer/plain"
 	"damselfly/peer/preheat"
 	"damselfly/proxy"
 	"damselfly/rafs/cache"
@@ -25,10 +26,11 @@ import (
 	"damselfly/scheduler/client"
 )
 
-// The node is what the proxy serves chunks and plain blobs from.
+// The node is what the proxy serves chunks from, its plain source what
+// it serves plain blobs from.
 var (
 	_ proxy.EarlyChunkSource = (*peer.Node)(nil)
-	_ proxy.BlobSource       = (*peer.Node)(nil)
+	_ proxy.BlobSource       = (*plain.Source)(nil)
 )
 
 // The scheduler client is the node's Router; neither package imports the
@@ -144,7 +146,7 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	if pcfg.GrantKeyFile == "" {
 		pcfg.GrantKeyFile = filepath.Join(cfg.Dir, "grant.key")
 	}
-	if d.proxy, err = proxy.New(pcfg, d.node, d.up, d.reg, log.With("part", "proxy")); err != nil {
+	if d.proxy, err = proxy.New(pcfg, d.node, d.up, d.reg, log.With("part", "proxy"), proxy.WithBlobs(d.node.Plain())); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	if err = d.proxy.Listen(); err != nil {

@@ -1,9 +1,11 @@
-package peer
+package plain
 
 import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -28,7 +30,7 @@ func TestPieceTablesPersist(t *testing.T) {
 		}
 		tables = append(tables, tb)
 	}
-	p := newPlainState(newTableStore(dir, testLog()))
+	p := newTableSet(newTableStore(dir, slog.New(slog.DiscardHandler)))
 	for _, tb := range tables {
 		p.keep(tb)
 	}
@@ -46,7 +48,7 @@ func TestPieceTablesPersist(t *testing.T) {
 	os.WriteFile(wrong, tables[0].Encode(), 0o600)
 	os.WriteFile(filepath.Join(tdir, "stranger"), []byte("x"), 0o600)
 
-	loaded, err := newTableStore(dir, testLog()).load()
+	loaded, err := newTableStore(dir, slog.New(slog.DiscardHandler)).load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,4 +67,14 @@ func TestPieceTablesPersist(t *testing.T) {
 	if got, err := newTableStore("", nil).load(); err != nil || got != nil {
 		t.Fatalf("load without a dir: %v, %v", got, err)
 	}
+}
+
+// randBytes returns n pseudo-random bytes from seed.
+func randBytes(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
 }

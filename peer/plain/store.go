@@ -1,4 +1,4 @@
-package peer
+package plain
 
 import (
 	"encoding/hex"
@@ -36,7 +36,7 @@ func newTableStore(holdingsDir string, log *slog.Logger) tableStore {
 	return tableStore{dir: filepath.Join(holdingsDir, "piece-tables"), log: log}
 }
 
-// load returns up to maxPlainTables tables from the directory.
+// load returns up to maxTables tables from the directory.
 func (s tableStore) load() ([]*piece.Table, error) {
 	if s.dir == "" {
 		return nil, nil
@@ -54,8 +54,8 @@ func (s tableStore) load() ([]*piece.Table, error) {
 		if err != nil || len(raw) != len(rafs.Digest{}) || !e.Type().IsRegular() {
 			continue // temp files and strangers
 		}
-		if len(out) == maxPlainTables {
-			s.log.Warn("too many piece tables; ignoring the rest", "dir", s.dir, "limit", maxPlainTables)
+		if len(out) == maxTables {
+			s.log.Warn("too many piece tables; ignoring the rest", "dir", s.dir, "limit", maxTables)
 			break
 		}
 		p := filepath.Join(s.dir, e.Name())
