@@ -2,10 +2,12 @@ package configs
 
 import (
 	"bytes"
+	"damselfly/peer/daemon"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -165,7 +167,8 @@ type k8sVolume struct {
 
 // k8sContainer is the part of a container these tests read.
 type k8sContainer struct {
-	Name         string `yaml:"name"`
+	Name         string   `yaml:"name"`
+	Args         []string `yaml:"args"`
 	VolumeMounts []struct {
 		Name      string `yaml:"name"`
 		MountPath string `yaml:"mountPath"`
@@ -230,16 +233,24 @@ func sampleCacheDir(t *testing.T, file string) string {
 
 // The DaemonSet keeps the node cache on the node, as its comment says: the
 // peer container mounts a hostPath volume at the cache.dir of peer.yaml,
-// which is the path on the node too and mount.yaml's cache.dir, so that
+// (its default with the default state dir), which is the path on the
+// node too and mount.yaml's cache.dir, so that
 // the node's mount daemons share the peer's one copy of each chunk.
 // Without it the cache lived in the container, gone with every restart
 // and invisible to the mounts.
 func TestDaemonSetSharesNodeCache(t *testing.T) {
-	dir := sampleCacheDir(t, "peer.yaml")
-	if dir == "" || dir != sampleCacheDir(t, "mount.yaml") {
-		t.Fatalf("cache.dir: peer.yaml %q, mount.yaml %q; want one path", dir, sampleCacheDir(t, "mount.yaml"))
-	}
 	ds := daemonSet(t)
+	if slices.Contains(peerContainer(t, ds).Args, "--dir") {
+		t.Fatal("the DaemonSet gives the peer --dir: its cache would move with it")
+	}
+	pcfg, err := Load("peer.yaml", "peer", daemon.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := pcfg.CacheDir()
+	if dir == "" || dir != sampleCacheDir(t, "mount.yaml") {
+		t.Fatalf("cache dir: peer.yaml's %q, mount.yaml's %q; want one path", dir, sampleCacheDir(t, "mount.yaml"))
+	}
 	vol := ""
 	for _, m := range peerContainer(t, ds).VolumeMounts {
 		if m.MountPath == dir {

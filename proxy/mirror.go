@@ -27,7 +27,7 @@ func (s *Server) registryFor(r *http.Request) (string, error) {
 			return s.up.CheckRegistry(v)
 		}
 	}
-	return s.up.DefaultRegistry(), nil
+	return s.up.DefaultRegistry()
 }
 
 // v2Route is a parsed /v2/ path.
@@ -136,8 +136,15 @@ func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
 func (s *Server) passThrough(w http.ResponseWriter, r *http.Request, ref registry.Ref, path string) {
 	n, err := s.up.Forward(r.Context(), w, r, ref, path)
 	s.m.upstreamBytes.Add(float64(n))
-	if err != nil {
-		s.log.Debug("pass-through failed", "registry", ref.Registry, "path", path, "err", err)
+	switch {
+	case err == nil:
+	case r.Context().Err() != nil:
+		s.log.Debug("pass-through ended: the client left", "registry", ref.Registry, "repo", ref.Repo, "path", path, "err", err)
+	default:
+		// A warning: the client gets a 502 (or a cut body) and may fall
+		// back to the registry quietly (containerd does), so that the
+		// mirror is bypassed and nothing else would say why.
+		s.log.Warn("pass-through to the origin failed", "registry", ref.Registry, "repo", ref.Repo, "path", path, "err", err)
 	}
 }
 

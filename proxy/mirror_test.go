@@ -125,7 +125,7 @@ func TestRegistryRouting(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	other := registrytest.New(t, nil) // not the proxy's default
 	manifest, _, _ := other.PushImage(t, "routed/app", "r1")
-	// ?ns= names a host; it is plain HTTP only when listed.
+	// ?ns= names a host; a loopback one speaks plain HTTP unlisted.
 	e2 := newEnv(t, envOptions{upCfg: func(c *registry.Config) { c.PlainHTTP = []string{other.Host} }})
 
 	for _, tc := range []struct {
@@ -135,6 +135,7 @@ func TestRegistryRouting(t *testing.T) {
 		hdr  map[string]string
 	}{
 		{"ns", e2, "/v2/routed/app/manifests/r1?ns=" + other.Host, nil},
+		{"ns loopback unlisted", e, "/v2/routed/app/manifests/r1?ns=" + other.Host, nil},
 		{"damselfly header", e, "/v2/routed/app/manifests/r1", map[string]string{chunkapi.HeaderRegistry: other.URL}},
 		{"dragonfly header", e, "/v2/routed/app/manifests/r1", map[string]string{proxy.HeaderDragonflyRegistry: other.URL}},
 		{"ns wins", e2, "/v2/routed/app/manifests/r1?ns=" + other.Host, map[string]string{chunkapi.HeaderRegistry: e.reg.URL}},
@@ -147,6 +148,16 @@ func TestRegistryRouting(t *testing.T) {
 	// Without routing the default registry answers, which lacks it.
 	if code, _, _ := e.do(t, http.MethodGet, "/v2/routed/app/manifests/r1", nil); code != http.StatusNotFound {
 		t.Errorf("default registry: got %d, want 404", code)
+	}
+	// Without a default registry a request naming none is refused, and
+	// says why.
+	none := newEnv(t, envOptions{upCfg: func(c *registry.Config) { c.DefaultRegistry = "" }})
+	code, _, body := none.do(t, http.MethodGet, "/v2/routed/app/manifests/r1", nil)
+	if code != http.StatusBadRequest || !strings.Contains(string(body), "default_registry") {
+		t.Errorf("no registry named, none configured: got %d %q, want 400 naming default_registry", code, body)
+	}
+	if code, _, _ := none.do(t, http.MethodGet, "/v2/routed/app/manifests/r1?ns="+other.Host, nil); code != http.StatusOK {
+		t.Errorf("no default registry, ?ns= given: got %d, want 200", code)
 	}
 }
 

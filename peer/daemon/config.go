@@ -42,8 +42,10 @@ type Config struct {
 	// Host is the libp2p host; its identity_file and cluster_key_file
 	// default to Dir/identity.key and Dir/cluster.key when empty.
 	Host dhost.Config `mapstructure:"host"`
-	// Cache is the node cache, shared with the mount daemons;
-	// DefaultCacheDir by default, Dir/cache if set empty.
+	// Cache is the node cache, shared with the mount daemons. An empty
+	// dir (the default) is DefaultCacheDir when Dir is DefaultDir, and
+	// Dir/cache otherwise, so that peers with their own state dirs never
+	// share a cache by accident.
 	Cache cache.Config `mapstructure:"cache"`
 	// Proxy is the HTTP endpoint; its grant_key_file defaults to
 	// Dir/grant.key when empty.
@@ -69,12 +71,12 @@ type Config struct {
 const DefaultHotBytes = 32 << 20
 
 // Default returns the default configuration: state in DefaultDir, the
-// cache in DefaultCacheDir, libp2p on dhost.DefaultListenAddr, the proxy
+// cache in DefaultCacheDir (see Config.Cache), libp2p on dhost.DefaultListenAddr, the proxy
 // on 127.0.0.1:7950, no scheduler, and every tunable at its default.
 func Default() Config {
 	h := dhost.Default("")
 	h.IdentityFile, h.ClusterKeyFile = "", "" // in Dir
-	c := cache.Default(DefaultCacheDir)
+	c := cache.Default("")                    // see Config.Cache
 	c.HotBytes = DefaultHotBytes
 	x := exchange.DefaultServerConfig()
 	// The node cache checks a CRC on every read and the requester
@@ -115,9 +117,17 @@ func (c Config) host() dhost.Config {
 	return h
 }
 
+// CacheDir is where the node cache lives (see Config.Cache).
+func (c Config) CacheDir() string {
+	if c.Cache.Dir == "" && filepath.Clean(c.Dir) == DefaultDir {
+		return DefaultCacheDir
+	}
+	return inDir(c.Cache.Dir, c.Dir, "cache")
+}
+
 func (c Config) cache() cache.Config {
 	cc := c.Cache
-	cc.Dir = inDir(cc.Dir, c.Dir, "cache")
+	cc.Dir = c.CacheDir()
 	return cc
 }
 

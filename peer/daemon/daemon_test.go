@@ -169,7 +169,6 @@ func startScheduler(t *testing.T, key string) string {
 func testConfig(t *testing.T, key, sched string) Config {
 	cfg := Default()
 	cfg.Dir = t.TempDir()
-	cfg.Cache.Dir = "" // Dir/cache
 	cfg.Host.ListenAddrs = []string{"/ip4/127.0.0.1/tcp/0"}
 	cfg.Host.ClusterKeyFile = key
 	cfg.Proxy.Listen = "127.0.0.1:0"
@@ -411,6 +410,26 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // The preheater gets the configured bootstrap limit.
+// TestCacheDirFollowsStateDir: the node cache is the one the mount
+// daemons share by default only with the default state dir; a peer given
+// its own state dir gets its own cache, unless cache.dir names one.
+func TestCacheDirFollowsStateDir(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ dir, cacheDir, want string }{
+		{DefaultDir, "", DefaultCacheDir},
+		{DefaultDir + "/", "", DefaultCacheDir},
+		{"/srv/peer1", "", "/srv/peer1/cache"},
+		{"/srv/peer1", "/fast/cache", "/fast/cache"},
+		{DefaultDir, "/fast/cache", "/fast/cache"},
+	} {
+		cfg := Default()
+		cfg.Dir, cfg.Cache.Dir = tc.dir, tc.cacheDir
+		if got := cfg.cache().Dir; got != tc.want {
+			t.Errorf("dir %q, cache.dir %q: cache in %q, want %q", tc.dir, tc.cacheDir, got, tc.want)
+		}
+	}
+}
+
 func TestConfigPreheatLimit(t *testing.T) {
 	t.Parallel()
 	c := Default()

@@ -60,15 +60,19 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Client, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	def, err := parseBase(cfg.DefaultRegistry, cfg.PlainHTTP)
-	if err != nil {
-		return nil, err
+	var def string
+	if cfg.DefaultRegistry != "" {
+		u, err := parseBase(cfg.DefaultRegistry, cfg.PlainHTTP)
+		if err != nil {
+			return nil, err
+		}
+		def = u.String()
 	}
 	sessions, err := lru.New[string, *session](maxSessions)
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: log, sessions: sessions, creds: &nodeCreds{path: cfg.DockerConfigFile}, def: def.String()}
+	c := &Client{cfg: cfg, log: log, sessions: sessions, creds: &nodeCreds{path: cfg.DockerConfigFile}, def: def}
 	for _, o := range opts {
 		o(c)
 	}
@@ -87,17 +91,30 @@ func (c *Client) Close() {
 	}
 }
 
-// DefaultRegistry is the base URL used when a request names no registry.
-func (c *Client) DefaultRegistry() string { return c.def }
+// DefaultRegistry is the base URL used when a request names no registry,
+// or ErrNoRegistry when none is configured.
+func (c *Client) DefaultRegistry() (string, error) {
+	if c.def == "" {
+		return "", ErrNoRegistry
+	}
+	return c.def, nil
+}
+
+// ErrNoRegistry is returned for a request that names no registry when
+// the client has no default_registry.
+var ErrNoRegistry = errors.New("the request names no registry and no default_registry is configured")
 
 // RegistryForHost returns the base URL of registry host ("host[:port]"):
-// http:// for PlainHTTP hosts, https:// otherwise.
+// http:// for PlainHTTP and loopback hosts, https:// otherwise. Loopback
+// registries are taken to speak plain HTTP, as containerd takes them
+// (its hosts "localhost" rule), so that ?ns=127.0.0.1:5000 needs no
+// plain_http entry.
 func (c *Client) RegistryForHost(host string) (string, error) {
 	if strings.EqualFold(host, "docker.io") {
 		host = "registry-1.docker.io" // what containerd's ns names Docker Hub
 	}
 	scheme := "https://"
-	if contains(c.cfg.PlainHTTP, host) {
+	if contains(c.cfg.PlainHTTP, host) || isLoopback(host) {
 		scheme = "http://"
 	}
 	u, err := parseBase(scheme+host, c.cfg.PlainHTTP)
@@ -122,7 +139,7 @@ func (c *Client) CheckRegistry(base string) (string, error) {
 // default registry.
 func (c *Client) registryOf(ref Ref) (string, error) {
 	if ref.Registry == "" {
-		return c.def, nil
+		return c.DefaultRegistry()
 	}
 	return c.CheckRegistry(ref.Registry)
 }

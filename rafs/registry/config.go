@@ -11,7 +11,6 @@ import (
 
 // Defaults of Config (Default).
 const (
-	DefaultRegistry       = "https://registry-1.docker.io"
 	DefaultTimeout        = 30 * time.Second
 	DefaultConnectTimeout = 5 * time.Second
 	DefaultRetryLimit     = 3
@@ -24,7 +23,9 @@ const (
 // (advanced.registry.* in the peer's file).
 type Config struct {
 	// DefaultRegistry is the base URL of the registry used when a request
-	// names none, "https://host[:port]".
+	// names none, "https://host[:port]". Empty (the default) means none:
+	// such a request is refused (ErrNoRegistry), so that nothing reaches a
+	// registry the operator did not name.
 	DefaultRegistry string `mapstructure:"default_registry"`
 	// PlainHTTP lists registry hosts ("host[:port]") spoken to over plain
 	// HTTP. Loopback hosts (127.0.0.0/8, ::1, localhost) may be named with
@@ -58,18 +59,19 @@ type Config struct {
 // Default returns the default configuration.
 func Default() Config {
 	return Config{
-		DefaultRegistry: DefaultRegistry,
-		Timeout:         DefaultTimeout,
-		ConnectTimeout:  DefaultConnectTimeout,
-		RetryLimit:      DefaultRetryLimit,
+		Timeout:        DefaultTimeout,
+		ConnectTimeout: DefaultConnectTimeout,
+		RetryLimit:     DefaultRetryLimit,
 	}
 }
 
 // Validate reports every problem of c at once, each naming its key.
 func (c Config) Validate() error {
 	var errs []error
-	if _, err := parseBase(c.DefaultRegistry, c.PlainHTTP); err != nil {
-		errs = append(errs, fmt.Errorf("default_registry: %w", err))
+	if c.DefaultRegistry != "" {
+		if _, err := parseBase(c.DefaultRegistry, c.PlainHTTP); err != nil {
+			errs = append(errs, fmt.Errorf("default_registry: %w", err))
+		}
 	}
 	for _, h := range c.PlainHTTP {
 		if h == "" || strings.ContainsAny(h, "/ ") {

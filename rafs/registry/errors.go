@@ -2,6 +2,8 @@ package registry
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -48,7 +50,9 @@ var ErrRange = errors.New("range beyond the end of the blob")
 // IsTransient reports whether err may go away on retry: a network
 // failure, a response cut short, a 5xx or 429 StatusError, or a timeout.
 // Cancellation by the caller is not transient; nor are 4xx answers, bad
-// configuration or ErrRange.
+// configuration, ErrRange, or a TLS failure that only configuration
+// fixes (https to a plain-HTTP server, a certificate that does not
+// verify).
 func IsTransient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
@@ -57,7 +61,7 @@ func IsTransient(err error) bool {
 	if errors.As(err, &se) {
 		return se.Transient()
 	}
-	if errors.Is(err, ErrRange) || errors.Is(err, ErrRefused) {
+	if errors.Is(err, ErrRange) || errors.Is(err, ErrRefused) || errors.Is(err, ErrNoRegistry) || isTLSMismatch(err) {
 		return false
 	}
 	var nerr net.Error
@@ -74,4 +78,16 @@ func newStatusError(resp *http.Response) *StatusError {
 		msg += ": " + s
 	}
 	return &StatusError{Code: resp.StatusCode, Msg: msg, RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+}
+
+// isTLSMismatch reports whether err is a TLS failure that retrying cannot
+// fix: the server answered a TLS handshake in plain HTTP (a plain-HTTP
+// registry not listed in plain_http), or its certificate did not verify.
+func isTLSMismatch(err error) bool {
+	var rh tls.RecordHeaderError
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var ci x509.CertificateInvalidError
+	return errors.Is(err, http.ErrSchemeMismatch) || errors.As(err, &rh) || errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci)
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -297,5 +299,83 @@ func TestReadRangeNodeCredentials(t *testing.T) {
 	})
 	if err := c.ReadRange(testCtx(t), registry.Ref{Registry: reg.URL, Repo: "priv"}, d, 0, p); err == nil {
 		t.Error("without node credentials: got nil error, want 401")
+	}
+}
+
+// TestHTTPSToPlainServerIsPermanent: https to a registry that speaks
+// plain HTTP fails at once with an error that says so, and is not
+// retried (only configuration fixes it).
+func TestHTTPSToPlainServerIsPermanent(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	var logs syncBuffer
+	cfg := registry.Default()
+	cfg.RetryLimit = 3
+	c, err := registry.New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ref := registry.Ref{Registry: "https://" + strings.TrimPrefix(srv.URL, "http://"), Repo: "lib/app"}
+	err = c.ReadRange(testCtx(t), ref, rafs.Digest{1}, 0, make([]byte, 10))
+	if err == nil || registry.IsTransient(err) {
+		t.Fatalf("ReadRange over https from a plain-HTTP server: %v (transient %v), want a permanent error", err, registry.IsTransient(err))
+	}
+	if !strings.Contains(err.Error(), "HTTP response to HTTPS client") {
+		t.Errorf("error %q does not say the server speaks plain HTTP", err)
+	}
+	if strings.Contains(logs.String(), "retrying") {
+		t.Errorf("the read was retried:\n%s", logs.String())
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the plain-HTTP server answered %d requests, want none", n)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestLoopbackNamespaceIsPlainHTTP: a loopback host named by containerd's
+// ?ns= is spoken to over plain HTTP without a plain_http entry; other
+// hosts over https unless listed.
+func TestLoopbackNamespaceIsPlainHTTP(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, func(cfg *registry.Config) { cfg.PlainHTTP = []string{"reg.lan:5000"} })
+	for host, want := range map[string]string{
+		"127.0.0.1:5088":   "http://127.0.0.1:5088",
+		"localhost:5000":   "http://localhost:5000",
+		"[::1]:5000":       "http://[::1]:5000",
+		"reg.lan:5000":     "http://reg.lan:5000",
+		"reg.example:5000": "https://reg.example:5000",
+		"docker.io":        "https://registry-1.docker.io",
+	} {
+		got, err := c.RegistryForHost(host)
+		if err != nil || got != want {
+			t.Errorf("RegistryForHost(%q) = %q, %v; want %q", host, got, err, want)
+		}
+	}
+	if _, err := c.DefaultRegistry(); !errors.Is(err, registry.ErrNoRegistry) {
+		t.Errorf("DefaultRegistry without default_registry: %v, want ErrNoRegistry", err)
+	}
+	err := c.ReadRange(testCtx(t), registry.Ref{Repo: "lib/app"}, rafs.Digest{1}, 0, make([]byte, 10))
+	if !errors.Is(err, registry.ErrNoRegistry) || registry.IsTransient(err) {
+		t.Errorf("ReadRange naming no registry: %v, want permanent ErrNoRegistry", err)
 	}
 }

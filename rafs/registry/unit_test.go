@@ -16,8 +16,8 @@ func TestConfigValidate(t *testing.T) {
 		want string // substring of the error, "" for valid
 	}{
 		{"default", func(*Config) {}, ""},
-		{"zero", func(c *Config) { *c = Config{} }, "default_registry"},
-		{"zero timeouts", func(c *Config) { *c = Config{DefaultRegistry: DefaultRegistry} }, "connect_timeout"},
+		{"zero", func(c *Config) { *c = Config{} }, "timeout"},
+		{"zero timeouts", func(c *Config) { *c = Config{DefaultRegistry: "https://reg.example"} }, "connect_timeout"},
 		{"loopback http", func(c *Config) { c.DefaultRegistry = "http://127.0.0.1:5000" }, ""},
 		{"plain host", func(c *Config) { c.DefaultRegistry = "http://reg:5000"; c.PlainHTTP = []string{"reg:5000"} }, ""},
 		{"remote http", func(c *Config) { c.DefaultRegistry = "http://reg:5000" }, "default_registry"},
