@@ -49,6 +49,10 @@ type Link struct {
 	Delay time.Duration
 }
 
+// ErrNoNetem is AddHost's error for a Link with a Delay on a kernel
+// without netem (sch_netem), such as a VM kernel built without modules.
+var ErrNoNetem = errors.New("the kernel has no netem qdisc for link delays")
+
 // Capped is a link capped at bps both ways.
 func Capped(bps int64) Link { return Link{Up: bps, Down: bps} }
 
@@ -179,6 +183,9 @@ func (n *Net) AddHost(ctx context.Context, name string, link Link) (*Host, error
 	if err := runAll(ctx, cmds...); err != nil {
 		// The namespace stays in made: Close deletes it, and the veth
 		// pair (if any) with it.
+		if link.Delay > 0 && strings.Contains(err.Error(), "netem") && strings.Contains(err.Error(), "kind is unknown") {
+			err = fmt.Errorf("%w: %w", ErrNoNetem, err)
+		}
 		return nil, fmt.Errorf("add host %s to %s: %w", name, n.id, err)
 	}
 	return h, nil
