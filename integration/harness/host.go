@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,6 +26,9 @@ type Host struct {
 	netns string
 	addr  netip.Addr
 	link  Link
+
+	once      sync.Once
+	transport *http.Transport // HTTPClient's, made on first use
 }
 
 // Name is the name the host was added with.
@@ -98,8 +102,21 @@ func (h *Host) Listen(network, addr string) (net.Listener, error) {
 }
 
 // HTTPClient is a client whose connections are dialled from the host.
+// Its clients share one transport per host, whose idle connections
+// Net.Close closes.
 func (h *Host) HTTPClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{DialContext: h.DialContext, ResponseHeaderTimeout: 30 * time.Second}}
+	h.once.Do(func() {
+		h.transport = &http.Transport{DialContext: h.DialContext, ResponseHeaderTimeout: 30 * time.Second}
+	})
+	return &http.Client{Transport: h.transport}
+}
+
+// closeIdle closes the idle connections of HTTPClient's transport.
+func (h *Host) closeIdle() {
+	h.once.Do(func() {})
+	if h.transport != nil {
+		h.transport.CloseIdleConnections()
+	}
 }
 
 // inNetns runs fn on an OS thread switched into the host's namespace.

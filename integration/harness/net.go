@@ -235,6 +235,9 @@ func (n *Net) Close() error {
 	}
 	n.closed = true
 	made := n.made
+	for _, h := range n.hosts {
+		h.closeIdle()
+	}
 	n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), netClose)
 	defer cancel()

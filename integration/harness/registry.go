@@ -129,7 +129,7 @@ func (r *Registry) Up(ctx context.Context) error {
 	ok := func(code int) bool {
 		return code == http.StatusOK || r.auth && code == http.StatusUnauthorized
 	}
-	if err := waitHTTP(ctx, r.HTTPClient(), p, "http://"+r.host+"/v2/", ok, readyTimeout); err != nil {
+	if err := WaitHTTPFrom(ctx, r.cfg.Host, p, "http://"+r.host+"/v2/", ok, readyTimeout); err != nil {
 		p.Kill()
 		return err
 	}
@@ -171,18 +171,22 @@ func (r *Registry) RequireAuth(ctx context.Context, user, pass string) error {
 // WaitHTTP polls url until it answers with a status ok accepts (nil: 200
 // only), p exits, ctx ends or timeout passes.
 func WaitHTTP(ctx context.Context, p *Proc, url string, ok func(int) bool, timeout time.Duration) error {
-	return waitHTTP(ctx, http.DefaultClient, p, url, ok, timeout)
+	return WaitHTTPFrom(ctx, nil, p, url, ok, timeout)
 }
 
-// waitHTTP is WaitHTTP through client (a Host's, for a process in a
-// Net).
-func waitHTTP(ctx context.Context, client *http.Client, p *Proc, url string, ok func(int) bool, timeout time.Duration) error {
+// WaitHTTPFrom is WaitHTTP with the requests made from Net host h, for
+// a process listening in a host (nil: from the harness's namespace).
+func WaitHTTPFrom(ctx context.Context, h *Host, p *Proc, url string, ok func(int) bool, timeout time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	if h != nil {
+		client.Transport = h.HTTPClient().Transport
+		defer client.CloseIdleConnections()
+	}
 	if ok == nil {
 		ok = func(code int) bool { return code == http.StatusOK }
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client = &http.Client{Transport: client.Transport, Timeout: time.Second}
 	for {
 		resp, err := client.Get(url)
 		if err == nil {
