@@ -85,7 +85,9 @@ func NewNet(ctx context.Context) (*Net, error) {
 	if err := os.MkdirAll(netLockDir, 0o755); err != nil {
 		return nil, err
 	}
-	sweepErr := sweepNets(ctx)
+	if err := sweepNets(ctx); err != nil {
+		return nil, fmt.Errorf("sweep the namespaces of dead runs: %w", err)
+	}
 	var b [4]byte
 	rand.Read(b[:])
 	n := &Net{id: netPrefix + hex.EncodeToString(b[:3]), subnet: 16 + b[3]%224, hosts: map[string]*Host{}}
@@ -114,11 +116,6 @@ func NewNet(ctx context.Context) (*Net, error) {
 		[]string{"ip", "-n", hub, "link", "set", bridgeName, "up"})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("make the hub of %s: %w", n.id, err), n.Close())
-	}
-	if sweepErr != nil {
-		// Leftovers do not stop this Net (its names are its own), but
-		// they are worth a line in the test's log.
-		fmt.Fprintf(os.Stderr, "harness: sweeping stale namespaces: %v\n", sweepErr)
 	}
 	return n, nil
 }
@@ -275,13 +272,20 @@ func killNetns(ctx context.Context, ns string) []int {
 	return pids
 }
 
-// deleteNetns deletes namespace ns; one already gone is no error.
+// deleteNetns deletes namespace ns; one already gone (or deleted by a
+// concurrent sweep meanwhile) is no error.
 func deleteNetns(ctx context.Context, ns string) error {
-	if _, err := os.Stat(filepath.Join(netnsDir, ns)); errors.Is(err, os.ErrNotExist) {
+	gone := func() bool {
+		_, err := os.Stat(filepath.Join(netnsDir, ns))
+		return errors.Is(err, os.ErrNotExist)
+	}
+	if gone() {
 		return nil
 	}
-	_, err := runCmd(ctx, "ip", "netns", "del", ns)
-	return err
+	if _, err := runCmd(ctx, "ip", "netns", "del", ns); err != nil && !gone() {
+		return err
+	}
+	return nil
 }
 
 // sweepNets deletes the namespaces of dead Nets: named dfly-ID-*, whose

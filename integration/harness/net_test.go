@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -346,7 +347,7 @@ func TestNetSweepsDeadNets(t *testing.T) {
 	t.Parallel()
 	live := newNet(t)
 	addHost(t, live, "a", Link{})
-	stale := netPrefix + "0dead0-hub"
+	stale := fmt.Sprintf("%s%06x-hub", netPrefix, rand.Uint32()>>8) // unique to this run
 	if _, err := runCmd(t.Context(), "ip", "netns", "add", stale); err != nil {
 		t.Fatal(err)
 	}
