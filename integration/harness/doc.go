@@ -21,7 +21,7 @@
 //     same content) and htpasswd authentication (RequireAuth). WaitHTTP
 //     is the readiness poll for any process that serves HTTP, and
 //     WaitHTTPFrom the same from a Net host.
-//   - net.go and host.go put deployments on a network: NewNet makes a
+//   - net.go, host.go and netclean.go put deployments on a network: NewNet makes a
 //     private L2 segment (a bridge in a hub namespace of its own) and
 //     AddHost a network namespace on it with an address in the Net's
 //     10.N.0.0/16 and its link capped by the kernel in each direction
