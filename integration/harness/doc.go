@@ -15,11 +15,28 @@
 //     deadline (Proc.WaitLine), and stops it: SIGTERM, then SIGKILL after
 //     a timeout, reported as ErrKilled. Every process is reaped by a
 //     goroutine from the moment it starts.
-//   - registry.go runs docker-registry on a free port of 127.0.0.1
-//     (StartRegistry) with optional access log and deletes, and plays
-//     outages (Down, Up on the same port with the same content) and
-//     htpasswd authentication (RequireAuth). WaitHTTP is the readiness
-//     poll for any process that serves HTTP.
+//   - registry.go runs docker-registry on a free port of 127.0.0.1 or
+//     of a Net host (StartRegistry) with optional access log and
+//     deletes, and plays outages (Down, Up on the same port with the
+//     same content) and htpasswd authentication (RequireAuth). WaitHTTP
+//     is the readiness poll for any process that serves HTTP, and
+//     WaitHTTPFrom the same from a Net host.
+//   - net.go, host.go and netclean.go put deployments on a network: NewNet makes a
+//     private L2 segment (a bridge in a hub namespace of its own) and
+//     AddHost a network namespace on it with an address in the Net's
+//     10.N.0.0/16 and its link capped by the kernel in each direction
+//     (Link; tc tbf on the egress of each veth end; an optional delay
+//     needs netem). A node's processes join a host with
+//     ProcConfig.Netns (nsenter --net, which execs in place, so Pid is
+//     the daemon's; the mount namespace stays the harness's, so FUSE
+//     mounts are seen by the test), the origin with
+//     RegistryConfig.Host, and the harness's own code dials or listens
+//     in a host with Host.DialContext, Host.Listen and Host.HTTPClient.
+//     The root namespace is not on the segment. Close deletes every
+//     namespace, and so every veth and the bridge; a new Net first
+//     sweeps the namespaces of Nets whose process died (each live Net
+//     holds a flock on /run/damselfly-netns/ID.lock). Nets need root,
+//     ip, tc and nsenter.
 //   - mount.go waits for a mount daemon's FUSE mount to come up
 //     (WaitMounted) and unmounts it, waiting for the daemon to exit as it
 //     must when its mountpoint goes (Unmount).
@@ -32,4 +49,6 @@
 // The in-process distribution benchmark (integration/bench/distribution)
 // keeps its own in-process nodes and registry, for schedule studies;
 // links are shaped by integration/bench/shaper's token-bucket proxy.
+// Tests of real processes behind capped links use a Net instead: the
+// kernel shapes every connection, whoever opens it.
 package harness

@@ -35,6 +35,11 @@ type ProcConfig struct {
 	OwnGroup bool
 	// StopTimeout replaces DefaultStopTimeout.
 	StopTimeout time.Duration
+	// Netns, if set, is the network namespace (Host.Netns) to run the
+	// process in. It is started through `nsenter --net`, which execs the
+	// program in place: Pid is the program's own, for signals and CPU
+	// accounting, and the mount namespace is the harness's.
+	Netns string
 }
 
 // Proc is one child process. Its stdout is kept line by line, for
@@ -66,7 +71,11 @@ func Start(cfg ProcConfig) (*Proc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", cfg.Name, err)
 	}
-	p.cmd = exec.Command(cfg.Path, cfg.Args...)
+	if cfg.Netns != "" {
+		p.cmd = exec.Command("nsenter", nsenterArgs(cfg.Netns, cfg.Path, cfg.Args)...)
+	} else {
+		p.cmd = exec.Command(cfg.Path, cfg.Args...)
+	}
 	p.cmd.Env = cfg.Env
 	p.cmd.Stderr = lf
 	if cfg.OwnGroup {

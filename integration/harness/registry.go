@@ -29,26 +29,32 @@ type RegistryConfig struct {
 	Delete bool
 	// OwnGroup is passed to ProcConfig.
 	OwnGroup bool
+	// Host, if set, is the Net host the registry runs in, listening on
+	// the host's address: only hosts of its Net reach it (HTTPClient
+	// dials from its host). Its storage is Dir's, so an image can be put
+	// in through a loopback registry on the same Dir, stopped before
+	// this one starts.
+	Host *Host
 }
 
 // readyTimeout bounds how long a starting registry has to answer.
 const readyTimeout = 15 * time.Second
 
 // Registry is docker-registry (Debian's distribution v2 package) on a
-// loopback port with filesystem storage. It can be stopped and started
+// loopback port (or a Net host's address) with filesystem storage. It can be stopped and started
 // again on the same port with the same content, which is how scenarios
 // play an outage. Its methods are not safe for concurrent use.
 type Registry struct {
 	cfg    RegistryConfig
-	host   string // "127.0.0.1:PORT"
+	host   string // "127.0.0.1:PORT" or "HOSTADDR:PORT"
 	config string
 	auth   bool
 	p      *Proc
 	n      int // starts so far
 }
 
-// StartRegistry starts a registry on a free port of 127.0.0.1 and waits
-// until it answers. docker-registry must be on PATH.
+// StartRegistry starts a registry on a free port of 127.0.0.1, or of
+// cfg.Host's address, and waits until it answers. docker-registry must be on PATH.
 func StartRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 	if _, err := exec.LookPath("docker-registry"); err != nil {
 		return nil, fmt.Errorf("docker-registry is required (make deps installs it): %w", err)
@@ -65,7 +71,7 @@ func StartRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 	// take it in between: try a few.
 	var last error
 	for range 3 {
-		host, err := freeHost()
+		host, err := freeHost(cfg.Host)
 		if err != nil {
 			return nil, err
 		}
@@ -94,8 +100,18 @@ func (r *Registry) yaml() string {
 	return b.String()
 }
 
-// Host is "127.0.0.1:PORT", the same across restarts.
+// Host is "127.0.0.1:PORT" (or "HOSTADDR:PORT" in a Net host), the
+// same across restarts.
 func (r *Registry) Host() string { return r.host }
+
+// HTTPClient is a client that reaches the registry: from its Net host
+// if it has one, else http.DefaultClient.
+func (r *Registry) HTTPClient() *http.Client {
+	if r.cfg.Host != nil {
+		return r.cfg.Host.HTTPClient()
+	}
+	return http.DefaultClient
+}
 
 // Proc is the current registry process.
 func (r *Registry) Proc() *Proc { return r.p }
@@ -105,7 +121,7 @@ func (r *Registry) Proc() *Proc { return r.p }
 func (r *Registry) Up(ctx context.Context) error {
 	r.n++
 	p, err := Start(ProcConfig{Name: fmt.Sprintf("registry-%d", r.n), LogDir: r.cfg.LogDir, Path: "docker-registry",
-		Args: []string{"serve", r.config}, OwnGroup: r.cfg.OwnGroup})
+		Args: []string{"serve", r.config}, OwnGroup: r.cfg.OwnGroup, Netns: netnsOf(r.cfg.Host)})
 	if err != nil {
 		return err
 	}
@@ -113,7 +129,7 @@ func (r *Registry) Up(ctx context.Context) error {
 	ok := func(code int) bool {
 		return code == http.StatusOK || r.auth && code == http.StatusUnauthorized
 	}
-	if err := WaitHTTP(ctx, p, "http://"+r.host+"/v2/", ok, readyTimeout); err != nil {
+	if err := WaitHTTPFrom(ctx, r.cfg.Host, p, "http://"+r.host+"/v2/", ok, readyTimeout); err != nil {
 		p.Kill()
 		return err
 	}
@@ -155,12 +171,22 @@ func (r *Registry) RequireAuth(ctx context.Context, user, pass string) error {
 // WaitHTTP polls url until it answers with a status ok accepts (nil: 200
 // only), p exits, ctx ends or timeout passes.
 func WaitHTTP(ctx context.Context, p *Proc, url string, ok func(int) bool, timeout time.Duration) error {
+	return WaitHTTPFrom(ctx, nil, p, url, ok, timeout)
+}
+
+// WaitHTTPFrom is WaitHTTP with the requests made from Net host h, for
+// a process listening in a host (nil: from the harness's namespace).
+func WaitHTTPFrom(ctx context.Context, h *Host, p *Proc, url string, ok func(int) bool, timeout time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	if h != nil {
+		client.Transport = h.HTTPClient().Transport
+		defer client.CloseIdleConnections()
+	}
 	if ok == nil {
 		ok = func(code int) bool { return code == http.StatusOK }
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client := &http.Client{Timeout: time.Second}
 	for {
 		resp, err := client.Get(url)
 		if err == nil {
@@ -190,10 +216,27 @@ func FreePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-func freeHost() (string, error) {
-	port, err := FreePort()
+// freeHost is "ADDR:PORT" with a port that was free a moment ago, of
+// 127.0.0.1 or of h's address.
+func freeHost(h *Host) (string, error) {
+	if h == nil {
+		port, err := FreePort()
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("127.0.0.1:%d", port), nil
+	}
+	ln, err := h.Listen("tcp", h.HostPort(0))
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("127.0.0.1:%d", port), nil
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func netnsOf(h *Host) string {
+	if h == nil {
+		return ""
+	}
+	return h.Netns()
 }
