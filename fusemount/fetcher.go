@@ -14,6 +14,7 @@ import (
 	"damselfly/fusemount/backend"
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
+	"damselfly/rafs/flight"
 )
 
 // Backend reads stored blob bytes from wherever the image lives and says
@@ -140,7 +141,7 @@ type Fetcher struct {
 	cfg     FetcherConfig
 	log     *slog.Logger
 	mem     *lru.Cache[uint32, []byte]
-	flights flightGroup
+	flights flight.Group[uint32, fetched] // flight.go
 	m       *Metrics
 
 	demand    atomic.Int64 // on-demand backend fetches in flight; prefetch yields to them
@@ -230,7 +231,8 @@ func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) ([]by
 	if data, ok := f.mem.Get(c.Index); ok {
 		return data, SourceMemory, nil
 	}
-	fl, rctx, leader := f.flights.start(context.WithoutCancel(ctx), c.Index)
+	fs, run, rctx, _ := f.flights.Join(context.WithoutCancel(ctx), c.Index)
+	fl, leader := fs[0], run != nil
 	if leader {
 		cacheChecked := false
 		if mode == modeDemand && f.cache != nil {
@@ -239,25 +241,25 @@ func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) ([]by
 			// meanwhile (the kernel sends several reads of one chunk at
 			// once) join its flight rather than decode it again.
 			if data, src, ok := f.warm(c); ok {
-				fl.run.cancel()
-				f.flights.complete(fl, data, src, nil)
-				f.flights.leave(fl)
+				run.Cancel()
+				f.arrived(fl, true, data, src)
+				f.flights.Leave(fl)
 				return data, src, nil
 			}
 			cacheChecked = true
 		}
 		if !f.launch(func() { f.fetchRun(rctx, fl, c, mode, cacheChecked) }) {
-			fl.run.cancel()
-			f.flights.complete(fl, nil, "", errFetcherClosed)
+			run.Cancel()
+			f.failed(fl, errFetcherClosed)
 		}
 	}
-	data, src, err := f.flights.wait(ctx, fl)
+	got, err := f.flights.Wait(ctx, fl)
 	if !leader {
 		// Joined a fetch another caller started: a miss for them, a
 		// shared fetch for us.
-		src = SourceShared
+		got.src = SourceShared
 	}
-	return data, src, err
+	return got.data, got.src, err
 }
 
 // warm serves c from memory (a flight that ended just before this one
@@ -314,17 +316,18 @@ func (f *Fetcher) fromCache(c rafs.Chunk, keep bool) ([]byte, bool) {
 // cache again (unless the caller has just missed there), else a backend
 // request for c and the missing chunks after it. It completes every
 // flight of the run. Close cancels it.
-func (f *Fetcher) fetchRun(ctx context.Context, head *flight, c rafs.Chunk, mode fetchMode, cacheChecked bool) {
-	stop := context.AfterFunc(f.bgCtx, head.run.cancel)
+func (f *Fetcher) fetchRun(ctx context.Context, head *chunkFlight, c rafs.Chunk, mode fetchMode, cacheChecked bool) {
+	run := head.Batch()
+	stop := context.AfterFunc(f.bgCtx, run.Cancel)
 	defer stop()
-	defer head.run.cancel()
+	defer run.Cancel()
 	if data, ok := f.mem.Get(c.Index); ok {
-		f.flights.complete(head, data, SourceMemory, nil)
+		f.arrived(head, true, data, SourceMemory)
 		return
 	}
 	if f.cache != nil && !cacheChecked {
 		if data, ok := f.fromCache(c, mode != modePrefetch); ok {
-			f.flights.complete(head, data, SourceCache, nil)
+			f.arrived(head, true, data, SourceCache)
 			return
 		}
 	}
@@ -339,7 +342,7 @@ func (f *Fetcher) fetchRun(ctx context.Context, head *flight, c rafs.Chunk, mode
 	}
 	blob, err := f.b.Blob(c.Blob)
 	if err != nil {
-		f.flights.complete(head, nil, "", err)
+		f.failed(head, err)
 		return
 	}
 	chunks := f.plan(c)
@@ -347,7 +350,7 @@ func (f *Fetcher) fetchRun(ctx context.Context, head *flight, c rafs.Chunk, mode
 	for _, k := range chunks[1:] {
 		keys = append(keys, k.Index)
 	}
-	fls := f.flights.extend(head.run, keys)
+	fls := f.flights.Extend(run, keys...)
 	f.fetch(ctx, blob, chunks[:len(fls)], fls, mode != modePrefetch, headDone)
 }
 
@@ -357,7 +360,7 @@ func (f *Fetcher) fetchRun(ctx context.Context, head *flight, c rafs.Chunk, mode
 // A chunk that fails verification is fetched again on its own, up to
 // VerifyRetries times in all, the head first. Chunks the backend could
 // not deliver get its error; the chunks delivered before it are served.
-func (f *Fetcher) fetch(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, fls []*flight, keep bool, headDone func()) {
+func (f *Fetcher) fetch(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk, fls []*chunkFlight, keep bool, headDone func()) {
 	n := len(chunks)
 	done := make([]bool, n)
 	verifyErr := make([]error, n)
@@ -388,7 +391,7 @@ func (f *Fetcher) fetch(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk
 			}
 			verifyErr[j] = nil
 			done[j] = true
-			f.flights.complete(fls[j], dec, src, nil)
+			f.arrived(fls[j], j == 0, dec, src)
 			if j == 0 {
 				headDone()
 			}
@@ -416,7 +419,7 @@ func (f *Fetcher) fetch(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk
 	first, last := chunks[0], chunks[n-1]
 	fail := func(j int, err error) {
 		end := last.CompressedOffset + uint64(last.CompressedSize)
-		f.flights.complete(fls[j], nil, "", fmt.Errorf("fetch chunk %s (blob %s, run of chunks %d-%d, bytes %d+%d, %d delivered): %w",
+		f.failed(fls[j], fmt.Errorf("fetch chunk %s (blob %s, run of chunks %d-%d, bytes %d+%d, %d delivered): %w",
 			chunks[j].Digest, blob.Digest, first.Index, last.Index, first.CompressedOffset, end-first.CompressedOffset, delivered, err))
 	}
 	// Chunks never delivered share the run's fate; then those delivered
@@ -445,7 +448,7 @@ func (f *Fetcher) fetch(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk
 		case readErr != nil:
 			fail(j, readErr)
 		default:
-			f.flights.complete(fls[j], nil, "", fmt.Errorf("chunk %s of blob %s failed verification %d times: %w",
+			f.failed(fls[j], fmt.Errorf("chunk %s of blob %s failed verification %d times: %w",
 				chunks[j].Digest, blob.Digest, f.cfg.VerifyRetries, verifyErr[j]))
 		}
 	}
@@ -524,7 +527,7 @@ func (f *Fetcher) plan(c rafs.Chunk) []rafs.Chunk {
 		if err != nil || n.Blob != c.Blob || n.CompressedOffset != end || total+int(n.CompressedSize) > f.cfg.AmplifyIO {
 			break
 		}
-		if f.mem.Contains(n.Index) || f.flights.busy(n.Index) || (f.cache != nil && f.cache.Has(cache.KeyOf(n))) {
+		if f.mem.Contains(n.Index) || f.flights.Busy(n.Index) || (f.cache != nil && f.cache.Has(cache.KeyOf(n))) {
 			break
 		}
 		run = append(run, n)
@@ -576,7 +579,7 @@ func (f *Fetcher) Readahead(in rafs.Inode, idx uint32) {
 	// for a reader). Readahead fetches in flight are bounded over all
 	// readers (raLimit); past the bound a window is cut short, and the
 	// reader's own reads fetch the rest.
-	var heads []*flight
+	var heads []*chunkFlight
 	for i := idx + 1; i < in.DataCount && i <= idx+uint32(f.cfg.ReadaheadChunks); i++ {
 		if f.raFlying.Load() >= f.raLimit {
 			break
@@ -585,18 +588,19 @@ func (f *Fetcher) Readahead(in rafs.Inode, idx uint32) {
 		if err != nil {
 			break
 		}
-		if f.mem.Contains(c.Index) || f.flights.busy(c.Index) {
+		if f.mem.Contains(c.Index) || f.flights.Busy(c.Index) {
 			continue
 		}
-		fl, rctx, leader := f.flights.start(f.bgCtx, c.Index)
-		if !leader {
-			f.flights.leave(fl) // a reader's fetch got there first
+		fs, run, rctx, _ := f.flights.Join(f.bgCtx, c.Index)
+		if run == nil {
+			f.flights.Leave(fs...) // a reader's fetch got there first
 			continue
 		}
+		fl := fs[0]
 		if !f.launch(func() { f.fetchRun(rctx, fl, c, modeReadahead, false) }) {
-			fl.run.cancel()
-			f.flights.complete(fl, nil, "", errFetcherClosed)
-			f.flights.leave(fl)
+			run.Cancel()
+			f.failed(fl, errFetcherClosed)
+			f.flights.Leave(fl)
 			break
 		}
 		f.raFlying.Add(1)
@@ -610,16 +614,14 @@ func (f *Fetcher) Readahead(in rafs.Inode, idx uint32) {
 	// waiter (nobody else may) and the bound counts them until done.
 	if !f.launch(func() {
 		for _, fl := range heads {
-			if _, _, err := f.flights.wait(f.bgCtx, fl); err != nil && f.bgCtx.Err() == nil {
+			if _, err := f.flights.Wait(f.bgCtx, fl); err != nil && f.bgCtx.Err() == nil {
 				f.log.Debug("readahead fetch failed", "err", err)
 			}
 			f.raFlying.Add(-1)
 		}
 	}) {
 		f.raFlying.Add(-int64(len(heads)))
-		for _, fl := range heads {
-			f.flights.leave(fl)
-		}
+		f.flights.Leave(heads...)
 	}
 }
 

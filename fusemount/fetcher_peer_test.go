@@ -95,7 +95,7 @@ func TestFetcherThroughRealPeerTailStuck(t *testing.T) {
 	if k0.Algo().Sum(got) != k0.Digest {
 		t.Fatal("head: wrong bytes")
 	}
-	if !f.flights.busy(k1.Index) {
+	if !f.flights.Busy(k1.Index) {
 		t.Fatal("chunk 1 is not in flight: the run did not cover the tail")
 	}
 	tail := make(chan error, 1)

@@ -52,10 +52,7 @@ func (g *gatedBackend) ReadChunksFrom(ctx context.Context, blob rafs.Blob, chunk
 
 // waiting reports whether a caller waits on the flight of chunk idx.
 func waiting(f *Fetcher, idx uint32) bool {
-	f.flights.mu.Lock()
-	defer f.flights.mu.Unlock()
-	fl, ok := f.flights.calls[idx]
-	return ok && fl.run.waiters > 0
+	return f.flights.Waiters(idx) > 0
 }
 
 // The reader of a run's head gets it while the tail is still on its
@@ -88,7 +85,7 @@ func TestFetcherServesHeadBeforeTail(t *testing.T) {
 			if !bytes.Equal(got, fx.want[0]) {
 				t.Fatal("head: wrong bytes")
 			}
-			if !f.flights.busy(k1.Index) {
+			if !f.flights.Busy(k1.Index) {
 				t.Fatal("the tail's chunk 1 is not in flight while its run is held")
 			}
 

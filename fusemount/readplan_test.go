@@ -254,13 +254,13 @@ func TestReadPlan(t *testing.T) {
 			}
 			for _, i := range tt.busy {
 				// Another caller's flight, ended when the case is.
-				fl, _, leader := f.flights.start(t.Context(), i)
-				if !leader {
+				fs, run, _, _ := f.flights.Join(t.Context(), i)
+				if run == nil {
 					t.Fatalf("chunk %d already in flight", i)
 				}
 				t.Cleanup(func() {
-					f.flights.complete(fl, nil, "", context.Canceled)
-					f.flights.leave(fl)
+					f.failed(fs[0], context.Canceled)
+					f.flights.Leave(fs...)
 				})
 			}
 			rec := &recordingReader{ChunkReader: f}

@@ -11,8 +11,9 @@
 //
 //   - read.go: ReadChunks and ReadChunksEarly, the entry. Hits are read
 //     from the cache in turn; the misses join flights.
-//   - flight.go, key.go: one fetch per chunk however many reads want it,
-//     cancelled only when every read waiting for it has gone. A flight is
+//   - flight.go, key.go: one fetch per chunk however many reads want it
+//     (a rafs/flight group), cancelled only when every read waiting for
+//     it has gone. A flight is
 //     keyed by the chunk's digest and algorithm, the read's source
 //     (registry, repository and a SHA-256 of its credentials) and its
 //     description of the chunk, so that one reader's bogus registry,

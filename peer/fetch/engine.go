@@ -13,6 +13,7 @@ import (
 
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
+	"damselfly/rafs/flight"
 	"damselfly/rafs/registry"
 	"damselfly/rafs/route"
 )
@@ -127,11 +128,12 @@ type Engine struct {
 
 	writes chan struct{} // a slot per cache write in the background
 
-	mu      sync.Mutex
-	flights map[flightKey]*flight
-	avoid   avoidList // peers that sent bad bytes
-	slow    avoidList // peers cut off for making no progress
-	closed  bool
+	flights flight.Group[flightKey, fetched] // flight.go
+
+	mu     sync.Mutex
+	avoid  avoidList // peers that sent bad bytes
+	slow   avoidList // peers cut off for making no progress
+	closed bool      // no fetch starts after Close
 }
 
 // New returns an Engine over d. Close stops it.
@@ -163,16 +165,16 @@ func New(cfg Config, d Deps) (*Engine, error) {
 		cfg: cfg, h: d.Host, cache: d.Cache, hold: d.Holdings, router: d.Router, origin: d.Origin,
 		transient: d.Transient, log: d.Log, m: d.Metrics, recent: newRecent(), now: d.Now,
 		life: life, stop: stop,
-		writes:  make(chan struct{}, maxBackgroundWrites),
-		flights: make(map[flightKey]*flight),
-		avoid:   make(avoidList),
-		slow:    make(avoidList),
+		writes: make(chan struct{}, maxBackgroundWrites),
+		avoid:  make(avoidList),
+		slow:   make(avoidList),
 	}, nil
 }
 
 // Close cancels the fetches in progress and waits for them to end. Reads
 // after Close fail with ErrClosed. It is idempotent.
 func (e *Engine) Close() {
+	e.flights.Close(ErrClosed)
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()

@@ -34,10 +34,10 @@ type group struct {
 
 	// all are the group's flights by ordinal, pending or not; set
 	// before the fetch starts and not changed after.
-	all map[uint32]*flight
+	all map[uint32]*chunkFlight
 
 	mu       sync.Mutex
-	pending  map[uint32]*flight
+	pending  map[uint32]wanted
 	progress bool
 	lastErr  error
 
@@ -46,15 +46,16 @@ type group struct {
 
 // take removes ordinal o from the pending chunks and returns its flight,
 // or nil if it is not pending.
-func (g *group) take(o uint32) *flight {
+func (g *group) take(o uint32) *chunkFlight {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	f := g.pending[o]
-	if f != nil {
-		delete(g.pending, o)
-		g.progress = true
+	w, ok := g.pending[o]
+	if !ok {
+		return nil
 	}
-	return f
+	delete(g.pending, o)
+	g.progress = true
+	return w.f
 }
 
 func (g *group) noteErr(err error) {
@@ -71,15 +72,15 @@ func (g *group) chunks(ords []uint32) []rafs.Chunk {
 	defer g.mu.Unlock()
 	var out []rafs.Chunk
 	if ords == nil {
-		for _, f := range g.pending {
-			out = append(out, f.want)
+		for _, w := range g.pending {
+			out = append(out, w.c)
 		}
 		slices.SortFunc(out, func(a, b rafs.Chunk) int { return int(int64(a.Ordinal) - int64(b.Ordinal)) })
 		return out
 	}
 	for _, o := range ords {
-		if f := g.pending[o]; f != nil {
-			out = append(out, f.want)
+		if w, ok := g.pending[o]; ok {
+			out = append(out, w.c)
 		}
 	}
 	return out
@@ -92,7 +93,7 @@ func (g *group) pendingOf(ords []uint32) []uint32 {
 	defer g.mu.Unlock()
 	out := make([]uint32, 0, len(ords))
 	for _, o := range ords {
-		if g.pending[o] != nil {
+		if _, ok := g.pending[o]; ok {
 			out = append(out, o)
 		}
 	}
@@ -119,7 +120,7 @@ func (g *group) left() int {
 
 // fetch gets the chunks of the flights it leads and finishes every one of
 // them, with its bytes or an error, before it returns.
-func (e *Engine) fetch(ctx context.Context, up registry.Ref, blob, atOrigin rafs.Digest, lead []*flight) {
+func (e *Engine) fetch(ctx context.Context, up registry.Ref, blob, atOrigin rafs.Digest, lead []wanted) {
 	all := lead
 	var keeping sync.WaitGroup
 	defer func() {
@@ -139,23 +140,23 @@ func (e *Engine) fetch(ctx context.Context, up registry.Ref, blob, atOrigin rafs
 		if e.life.Err() != nil {
 			err = ErrClosed
 		}
-		for _, f := range all {
-			e.finish(f, rafs.Chunk{}, nil, err, true)
+		for _, w := range all {
+			e.finish(w.f, rafs.Chunk{}, nil, err, true)
 		}
 	}()
 	defer keeping.Wait() // before the cleanup above: a flight is done only once kept
 	// The protocol names chunks by ordinal: a batch with two chunks of one
 	// ordinal (only a broken request has them) is fetched in groups.
 	for len(lead) > 0 && ctx.Err() == nil {
-		g := &group{blob: blob, atOrigin: atOrigin, up: up, keeping: &keeping, pending: make(map[uint32]*flight), all: make(map[uint32]*flight)}
-		var rest []*flight
-		for _, f := range lead {
-			if _, dup := g.pending[f.want.Ordinal]; dup {
-				rest = append(rest, f)
+		g := &group{blob: blob, atOrigin: atOrigin, up: up, keeping: &keeping, pending: make(map[uint32]wanted), all: make(map[uint32]*chunkFlight)}
+		var rest []wanted
+		for _, w := range lead {
+			if _, dup := g.pending[w.c.Ordinal]; dup {
+				rest = append(rest, w)
 				continue
 			}
-			g.pending[f.want.Ordinal] = f
-			g.all[f.want.Ordinal] = f
+			g.pending[w.c.Ordinal] = w
+			g.all[w.c.Ordinal] = w.f
 		}
 		e.fetchGroup(ctx, g)
 		lead = rest
@@ -173,17 +174,11 @@ func (e *Engine) strayTurns(g *group, origin []uint32) {
 	var stray []uint32
 	g.mu.Lock()
 	for _, o := range origin {
-		if g.pending[o] == nil && g.all[o] != nil {
+		if _, pending := g.pending[o]; !pending && g.all[o] != nil && g.all[o].Settled() {
 			stray = append(stray, o)
 		}
 	}
 	g.mu.Unlock()
-	if len(stray) == 0 {
-		return
-	}
-	e.mu.Lock()
-	stray = slices.DeleteFunc(stray, func(o uint32) bool { return !g.all[o].kept })
-	e.mu.Unlock()
 	if len(stray) > 0 {
 		e.m.strayTurns(len(stray))
 		e.router.Abandon(g.blob, stray)
@@ -191,16 +186,16 @@ func (e *Engine) strayTurns(g *group, origin []uint32) {
 }
 
 // abandonMissing gives up this node's origin turns, if it holds any, for
-// the chunks of fs that did not arrive: unfinished or failed.
-func (e *Engine) abandonMissing(blob rafs.Digest, fs []*flight) {
+// the chunks of ws that did not arrive: unfinished or failed.
+func (e *Engine) abandonMissing(blob rafs.Digest, ws []wanted) {
 	var missing []uint32
-	e.mu.Lock()
-	for _, f := range fs {
-		if !f.finished || f.err != nil {
-			missing = append(missing, f.want.Ordinal)
+	for _, w := range ws {
+		if !w.f.Resolved() {
+			missing = append(missing, w.c.Ordinal)
+		} else if _, err := w.f.Result(); err != nil {
+			missing = append(missing, w.c.Ordinal)
 		}
 	}
-	e.mu.Unlock()
 	if len(missing) > 0 {
 		e.router.Abandon(blob, missing)
 	}
@@ -273,15 +268,15 @@ func (e *Engine) failPending(g *group) {
 	if reason == nil {
 		reason = errNoSource
 	}
-	fs := make([]*flight, 0, len(g.pending))
-	for o, f := range g.pending {
-		fs = append(fs, f)
+	ws := make([]wanted, 0, len(g.pending))
+	for o, w := range g.pending {
+		ws = append(ws, w)
 		delete(g.pending, o)
 	}
 	g.mu.Unlock()
-	for _, f := range fs {
-		e.finish(f, rafs.Chunk{}, nil, fmt.Errorf("chunk %d of blob %s: nothing served it for %v: %w",
-			f.want.Ordinal, g.blob, e.cfg.FetchDeadline, reason), true)
+	for _, w := range ws {
+		e.finish(w.f, rafs.Chunk{}, nil, fmt.Errorf("chunk %d of blob %s: nothing served it for %v: %w",
+			w.c.Ordinal, g.blob, e.cfg.FetchDeadline, reason), true)
 	}
 }
 

@@ -22,11 +22,11 @@ func TestStrayTurnsGivenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := &Engine{router: abandonRouter{mu: &mu, abandoned: &abandoned}, m: m}
-	fl := func(kept bool) *flight {
-		return &flight{kept: kept, ready: make(chan struct{}), done: make(chan struct{})}
-	}
-	done, keeping, pending := fl(true), fl(false), fl(false)
-	g := &group{blob: rafs.Digest{1}, all: map[uint32]*flight{1: done, 2: keeping, 3: pending}, pending: map[uint32]*flight{3: pending}}
+	fs, _, _, _ := n.flights.Join(t.Context(), flightKey{off: 1}, flightKey{off: 2}, flightKey{off: 3})
+	done, keeping, pending := fs[0], fs[1], fs[2]
+	n.flights.Finish(done, fetched{}, nil)
+	n.flights.Resolve(keeping, fetched{}, nil)
+	g := &group{blob: rafs.Digest{1}, all: map[uint32]*chunkFlight{1: done, 2: keeping, 3: pending}, pending: map[uint32]wanted{3: {f: pending}}}
 	n.strayTurns(g, []uint32{1, 2, 3, 4})
 	mu.Lock()
 	got := slices.Clone(abandoned)

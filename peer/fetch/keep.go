@@ -20,7 +20,7 @@ import (
 // let go, so a reader that got the chunk can count on peers finding it.
 func (e *Engine) fromCache(g *group) {
 	type hit struct {
-		f      *flight
+		f      *chunkFlight
 		c      rafs.Chunk
 		stored []byte
 	}
@@ -67,7 +67,7 @@ func (e *Engine) keep(g *group, c rafs.Chunk, stored []byte, source string) {
 		return
 	}
 	e.m.Delivered(source, len(stored))
-	e.ready(f, c, stored)
+	e.flights.Resolve(f, fetched{got: c, stored: stored}, nil)
 	e.writes <- struct{}{}
 	g.keeping.Add(1)
 	go func() {
@@ -87,7 +87,7 @@ func (e *Engine) keep(g *group, c rafs.Chunk, stored []byte, source string) {
 			e.hold.Missed(g.blob, cache.KeyOf(c))
 			e.router.Abandon(g.blob, []uint32{c.Ordinal})
 		}
-		e.kept(f)
+		e.flights.Settle(f)
 	}()
 }
 

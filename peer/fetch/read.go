@@ -65,7 +65,7 @@ func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob, atOrigin
 			missChunks = append(missChunks, c)
 		}
 	}
-	flights := make(map[int]*flight, len(missIdx))
+	flights := make(map[int]*chunkFlight, len(missIdx))
 	if len(missChunks) > 0 {
 		fs := e.join(up, blob, atOrigin, missChunks)
 		defer e.leave(fs)
@@ -98,9 +98,9 @@ func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob, atOrigin
 			defer e.leave(fs)
 			f = fs[0]
 		}
-		wait := f.ready
+		wait := f.Ready()
 		if waitKept {
-			wait = f.done
+			wait = f.Done()
 		}
 		select {
 		case <-wait:
@@ -108,16 +108,17 @@ func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob, atOrigin
 			e.m.failure()
 			return chunkError(i, true, ctx.Err())
 		}
-		if f.err != nil {
+		got, err := f.Result()
+		if err != nil {
 			e.m.failure()
-			return chunkError(i, f.transient, f.err)
+			return chunkError(i, got.transient, err)
 		}
 		// The flight may be another read's, for the same content at
 		// another place: deliver c in the form the bytes are stored.
 		dc := c
-		dc.Flags = c.Flags&^rafs.ChunkCompressed | f.got.Flags&rafs.ChunkCompressed
-		dc.CompressedSize = f.got.CompressedSize
-		if err := deliver(i, dc, f.stored); err != nil {
+		dc.Flags = c.Flags&^rafs.ChunkCompressed | got.got.Flags&rafs.ChunkCompressed
+		dc.CompressedSize = got.got.CompressedSize
+		if err := deliver(i, dc, got.stored); err != nil {
 			return err
 		}
 	}

@@ -14,7 +14,7 @@ import (
 func TestLogSlowFetch(t *testing.T) {
 	var buf bytes.Buffer
 	n := &Engine{log: slog.New(slog.NewTextHandler(&buf, nil))}
-	g := &group{pending: map[uint32]*flight{7: {}}}
+	g := &group{pending: map[uint32]wanted{7: {}}}
 	g.tr.start, g.tr.chunks = time.Now(), 3
 	n.logSlow(g)
 	if buf.Len() != 0 {
