@@ -33,6 +33,10 @@ type Config struct {
 	// endpoint forwards credentials and serves cached data, so it is
 	// refused by default.
 	AllowRemote bool `mapstructure:"allow_remote"`
+	// LogRequests logs one line per mirror request at info level
+	// (method, repository, digest or tag, status, bytes, what served it,
+	// duration). The last 64 are in the peer's status either way.
+	LogRequests bool `mapstructure:"log_requests"`
 	// UnixSocket, if set, is a unix socket path served as well.
 	UnixSocket string `mapstructure:"unix_socket"`
 	// ReadHeaderTimeout bounds reading a request's headers.
@@ -71,6 +75,7 @@ type Config struct {
 func Default() Config {
 	return Config{
 		Listen:            DefaultListen,
+		LogRequests:       true,
 		ReadHeaderTimeout: DefaultReadHeaderTimeout,
 		ReadTimeout:       DefaultReadTimeout,
 		IdleTimeout:       DefaultIdleTimeout,

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"damselfly/rafs"
 	"damselfly/rafs/chunkapi"
@@ -88,6 +89,10 @@ func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
 		s.serveVersionCheck(w, r)
 		return
 	}
+	p := &Pull{Time: time.Now(), Method: r.Method}
+	cw := &countingWriter{ResponseWriter: w}
+	w = cw
+	defer s.finishPull(p, cw)
 	rt, code, msg := parseV2(rest)
 	if code != "" {
 		status := http.StatusBadRequest
@@ -97,11 +102,13 @@ func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
 		ociError(w, status, code, msg)
 		return
 	}
+	p.Repo, p.Kind, p.Ref = rt.name, rt.kind, rt.ref
 	reg, err := s.registryFor(r)
 	if err != nil {
 		ociError(w, http.StatusBadRequest, "UNSUPPORTED", err.Error())
 		return
 	}
+	p.Registry = reg
 	path := "/v2/" + rt.name + "/" + rt.kind + "/" + rt.ref
 	q := url.Values{}
 	for _, k := range forwardedQuery[rt.kind] {
@@ -120,22 +127,32 @@ func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
 			d := s.gate.authorize(r.Context(), ref, "blobs", rt.ref, "")
 			s.m.authorize(d)
 			if d.allowed {
-				s.serveBlob(w, r, bs, ref, path, blob)
+				p.Served = s.serveBlob(w, r, bs, ref, path, blob)
 				return
 			}
+			p.Served = ServedRefused
 			_, msg := refusal(d, reg)
 			s.log.Info("mirror request refused", "registry", reg, "repo", rt.name, "blob", rt.ref, "why", msg)
 			refuse(w, d, reg)
 			return
 		}
 	}
-	s.passThrough(w, r, ref, path)
+	p.Served = s.passThrough(w, r, ref, path, nil)
 }
 
-// passThrough forwards the request to the origin and its answer back.
-func (s *Server) passThrough(w http.ResponseWriter, r *http.Request, ref registry.Ref, path string) {
-	n, err := s.up.Forward(r.Context(), w, r, ref, path)
+// passThrough forwards the request to the origin and its answer back,
+// through fw when not nil (a recorder around w), and says what served
+// it: the origin, or nobody when it could not be reached.
+func (s *Server) passThrough(w http.ResponseWriter, r *http.Request, ref registry.Ref, path string, fw http.ResponseWriter) string {
+	if fw == nil {
+		fw = w
+	}
+	n, err := s.up.Forward(r.Context(), fw, r, ref, path)
 	s.m.upstreamBytes.Add(float64(n))
+	served := ServedOrigin
+	if err != nil && n == 0 {
+		served = ServedUnreachable
+	}
 	switch {
 	case err == nil:
 	case r.Context().Err() != nil:
@@ -146,6 +163,7 @@ func (s *Server) passThrough(w http.ResponseWriter, r *http.Request, ref registr
 		// mirror is bypassed and nothing else would say why.
 		s.log.Warn("pass-through to the origin failed", "registry", ref.Registry, "repo", ref.Repo, "path", path, "err", err)
 	}
+	return served
 }
 
 // serveVersionCheck answers GET /v2/ as the registry the request would

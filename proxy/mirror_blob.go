@@ -42,38 +42,41 @@ var errNothingSent = errors.New("no piece served")
 //     GET passes through to the origin as before; a whole-blob pass-through
 //     is recorded (piece.Recorder), so that after its digest matched the
 //     node serves the blob's pieces to peers.
-func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, bs BlobSource, ref registry.Ref, path string, blob rafs.Digest) {
+func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, bs BlobSource, ref registry.Ref, path string, blob rafs.Digest) (served string) {
 	rng := r.Header.Get("Range")
 	t, verified := bs.PieceTable(r.Context(), ref, blob, rng == "")
 	if t != nil && rng != "" {
 		if off, end, ok := parseRange(rng, t.Size); ok {
 			if err := s.serveRange(w, r, bs, ref, t, off, end); err == nil || !errors.Is(err, errNothingSent) {
-				return
+				return ServedNode
 			}
 		}
 		t = nil
 	}
 	if t != nil {
+		served = ServedPeers
+		if verified {
+			served = ServedNode
+		}
 		err := s.servePieces(w, r, bs, ref, t, verified)
 		if err == nil || !errors.Is(err, errNothingSent) {
-			return
+			return served
 		}
 		s.log.Debug("plain blob: pieces failed; passing through", "blob", blob, "err", err)
 	}
 	var rw *recordingWriter
-	fw := w
 	if rng == "" {
 		rw = &recordingWriter{ResponseWriter: w, rec: bs.RecordBlob(ref, blob), log: s.log, blob: blob}
+	}
+	var fw http.ResponseWriter
+	if rw != nil {
 		fw = rw
 	}
-	n, err := s.up.Forward(r.Context(), fw, r, ref, path)
-	s.m.upstreamBytes.Add(float64(n))
-	if err != nil {
-		s.log.Debug("pass-through failed", "path", path, "err", err)
-	}
+	served = s.passThrough(w, r, ref, path, fw)
 	if rw != nil && !rw.finished {
 		_ = rw.rec.Finish(false)
 	}
+	return served
 }
 
 // recordingWriter passes a pass-through response on to the client, and

@@ -26,12 +26,18 @@ type Option func(*Server)
 // and peers) when it can; without it they pass through from the origin.
 func WithBlobs(bs BlobSource) Option { return func(s *Server) { s.blobs = bs } }
 
+// WithStatus serves GET /status as the JSON of what status returns (the
+// peer daemon's state, for "damselfly peer status").
+func WithStatus(status func() any) Option { return func(s *Server) { s.status = status } }
+
 // Server is the peer's HTTP endpoint. Create it with New, bind with
 // Listen, run with Serve.
 type Server struct {
 	cfg    Config
 	chunks ChunkSource
 	blobs  BlobSource // nil: plain blobs pass through from the origin
+	status func() any // GET /status; nil: none
+	recent recentPulls
 	up     *registry.Client
 	log    *slog.Logger
 	m      *metrics
@@ -78,6 +84,9 @@ func New(cfg Config, chunks ChunkSource, up *registry.Client, reg prometheus.Reg
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok"))
 	})))
+	if s.status != nil {
+		mux.Handle("GET /status", m.instrument("status", cfg.WriteStallTimeout, http.HandlerFunc(s.serveStatus)))
+	}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	}

@@ -17,6 +17,7 @@ import (
 
 	"damselfly/configs"
 	"damselfly/peer/daemon"
+	"damselfly/rafs/rafstest"
 )
 
 // daemonProc is a daemon process started by a test.
@@ -161,6 +162,28 @@ labels:
 			}
 		}
 		peers = append(peers, p)
+	}
+	// A mirror pull from a registry that is down shows in peer status,
+	// with the registry failing and the scheduler session.
+	purl := peers[0].line("proxy ")
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, purl+"/v2/lib/app/manifests/v1?ns=127.0.0.1:1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("pull from a registry that is down: %s, want 502", resp.Status)
+	}
+	var out string
+	rafstest.Eventually(t, 10*time.Second, "peer status showing the scheduler connected", func() bool {
+		out = mustRun(t, nil, "peer", "status", "--url", purl).stdout
+		return strings.Contains(out, " connected ")
+	})
+	for _, want := range []string{"127.0.0.1:1 FAILING", "GET  http://127.0.0.1:1/lib/app manifests v1 502", "from unreachable", "delivered    cache"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("peer status lacks %q:\n%s", want, out)
+		}
 	}
 	for i, p := range peers {
 		if err := p.stop(); err != nil {

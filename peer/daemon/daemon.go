@@ -56,6 +56,9 @@ type Daemon struct {
 	heat  *client.PreheatServer
 	proxy *proxy.Server
 
+	started  time.Time
+	cacheDir string
+
 	closers []func() error // in the order of making; called in reverse
 	served  bool           // Run served the proxy
 }
@@ -75,7 +78,7 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	if err := dhost.PrepareStateDir(cfg.Dir, log); err != nil {
 		return nil, err
 	}
-	d := &Daemon{log: log, reg: prometheus.NewRegistry()}
+	d := &Daemon{log: log, reg: prometheus.NewRegistry(), started: time.Now(), cacheDir: cfg.CacheDir()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	defer func() {
 		if err != nil {
@@ -146,7 +149,8 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	if pcfg.GrantKeyFile == "" {
 		pcfg.GrantKeyFile = filepath.Join(cfg.Dir, "grant.key")
 	}
-	if d.proxy, err = proxy.New(pcfg, d.node, d.up, d.reg, log.With("part", "proxy"), proxy.WithBlobs(d.node.Plain())); err != nil {
+	if d.proxy, err = proxy.New(pcfg, d.node, d.up, d.reg, log.With("part", "proxy"),
+		proxy.WithBlobs(d.node.Plain()), proxy.WithStatus(func() any { return d.Status() })); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	if err = d.proxy.Listen(); err != nil {

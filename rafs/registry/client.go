@@ -34,6 +34,7 @@ type Client struct {
 	creds    *nodeCreds
 	keychain authn.Keychain // the node's credentials instead of creds
 	def      string         // the default registry, normalised
+	reach    reachBook      // what each registry host answered lately
 }
 
 // Option configures New.
@@ -42,7 +43,7 @@ type Option func(*Client)
 // WithTransport sets the HTTP transport below authentication and the
 // origin policy, instead of NewTransport's; Close leaves it alone.
 func WithTransport(rt http.RoundTripper) Option {
-	return func(c *Client) { c.base = &policyTransport{inner: rt, c: c} }
+	return func(c *Client) { c.base = &policyTransport{inner: &reachTransport{inner: rt, book: &c.reach}, c: c} }
 }
 
 // WithKeychain makes kc the source of the node's credentials instead of
@@ -78,7 +79,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Client, error) {
 	}
 	if c.base == nil {
 		c.tr = NewTransport(cfg.ConnectTimeout, cfg.Timeout)
-		c.base = &policyTransport{inner: c.tr, c: c}
+		c.base = &policyTransport{inner: &reachTransport{inner: c.tr, book: &c.reach}, c: c}
 	}
 	c.plain = &http.Client{Transport: c.base, CheckRedirect: c.checkRedirect}
 	return c, nil

@@ -379,3 +379,31 @@ func TestLoopbackNamespaceIsPlainHTTP(t *testing.T) {
 		t.Errorf("ReadRange naming no registry: %v, want permanent ErrNoRegistry", err)
 	}
 }
+
+// TestReachability: a registry that answers (even 404) is reachable; one
+// that does not is failing, with why, until it answers again.
+func TestReachability(t *testing.T) {
+	t.Parallel()
+	reg := registrytest.New(t, nil)
+	c := newClient(t, func(cfg *registry.Config) { cfg.RetryLimit = 0 })
+	ref := registry.Ref{Registry: reg.URL, Repo: "lib/app"}
+	if err := c.ReadRange(testCtx(t), ref, rafs.Digest{1}, 0, make([]byte, 10)); err == nil {
+		t.Fatal("read of a missing blob succeeded")
+	}
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadHost := strings.TrimPrefix(dead.URL, "http://")
+	dead.Close()
+	if err := c.ReadRange(testCtx(t), registry.Ref{Registry: dead.URL, Repo: "lib/app"}, rafs.Digest{1}, 0, make([]byte, 10)); err == nil {
+		t.Fatal("read from a closed registry succeeded")
+	}
+	got := map[string]registry.Reach{}
+	for _, r := range c.Reachability() {
+		got[r.Host] = r
+	}
+	if r := got[strings.ToLower(reg.Host)]; r.Failing || r.LastAnswer.IsZero() {
+		t.Errorf("the live registry: %+v, want answered and not failing", r)
+	}
+	if r := got[deadHost]; !r.Failing || r.LastError.IsZero() || !strings.Contains(r.Error, "refused") {
+		t.Errorf("the closed registry: %+v, want failing with connection refused", r)
+	}
+}
