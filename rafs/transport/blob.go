@@ -120,7 +120,7 @@ func (b *BlobReader) blobRange(ctx context.Context, d v1.Hash, off, length int64
 			io.Closer
 		}{io.NewSectionReader(f, off, length), f}, nil
 	case DockerArchive:
-		return nil, errArchiveRange
+		return nil, fmt.Errorf("docker-archive: ranged reads: %w", errors.ErrUnsupported)
 	default:
 		if length == 0 {
 			return io.NopCloser(bytes.NewReader(nil)), nil
@@ -166,9 +166,6 @@ func (b *BlobReader) readRange(ctx context.Context, d v1.Hash, off int64, p []by
 	}
 	return b.reg.readRange(ctx, d, off, p)
 }
-
-// errArchiveRange is the answer to a ranged read of a docker-archive.
-var errArchiveRange = fmt.Errorf("docker-archive: ranged reads: %w", errors.ErrUnsupported)
 
 // checkRange checks a ranged read's arguments, and ctx, before any I/O.
 func checkRange(ctx context.Context, d v1.Hash, off, length int64) error {

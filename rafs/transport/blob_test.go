@@ -86,6 +86,25 @@ func TestBlobRange(t *testing.T) {
 					t.Errorf("%s: got %d bytes, want %d bytes [%d, %d) of the blob", rg.name, len(got), len(w), rg.off, rg.off+rg.length)
 				}
 			}
+			// ReadRange fills a buffer with what BlobRange streams.
+			for _, rg := range ranges {
+				if rg.off < 0 || rg.length > size {
+					continue // no buffer for these
+				}
+				p := make([]byte, rg.length)
+				err := br.ReadRange(t.Context(), d, rg.off, p)
+				if rg.wantErr != "" {
+					if err == nil || !(strings.Contains(err.Error(), rg.wantErr) || errors.Is(err, io.ErrUnexpectedEOF)) {
+						t.Errorf("ReadRange %s: got error %v, want %q", rg.name, err, rg.wantErr)
+					}
+					continue
+				}
+				if err != nil {
+					t.Errorf("ReadRange %s: %v", rg.name, err)
+				} else if !bytes.Equal(p, want[rg.off:rg.off+rg.length]) {
+					t.Errorf("ReadRange %s: bytes differ from [%d, %d) of the blob", rg.name, rg.off, rg.off+rg.length)
+				}
+			}
 		})
 	}
 }
