@@ -264,7 +264,8 @@ func (i *Image) Close() error {
 	return c()
 }
 
-// registryBlobs reads blob ranges through a transport.BlobReader.
+// registryBlobs reads blob ranges through a transport.BlobReader, which
+// retries transient registry failures itself.
 type registryBlobs struct{ br *transport.BlobReader }
 
 var _ rafs.BlobReader = (*registryBlobs)(nil)
@@ -274,13 +275,5 @@ func (r *registryBlobs) ReadBlob(ctx context.Context, blob rafs.Blob, off int64,
 	if err != nil {
 		return err
 	}
-	rc, err := r.br.BlobRange(ctx, d, off, int64(len(p)))
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	if _, err := io.ReadFull(rc, p); err != nil {
-		return fmt.Errorf("read bytes %d+%d of blob %s: %w", off, len(p), blob.Digest, err)
-	}
-	return nil
+	return r.br.ReadRange(ctx, d, off, p)
 }

@@ -1,6 +1,7 @@
 // Package registry is the project's client of origin registries: ranged
 // blob reads (ReadRange, for the peer's chunks no other peer holds, and
-// ReadRangeOnce, for the mount's own retry loop), authorisation checks
+// ReadRangeOnce, for the mount's own retry loop), whole blobs streamed
+// (OpenBlob, for rafs/transport's readers of images), authorisation checks
 // (Check, Ping) and pass-through of distribution API requests for the
 // mirror (Forward).
 //
@@ -23,7 +24,7 @@
 // Files: config.go (Config), client.go (the authenticated request and
 // retries), session.go (go-containerregistry sessions), creds.go (the
 // node's docker config), policy.go (origin policy, base transport),
-// read.go (ReadRange), check.go (Check, Ping), forward.go (Forward),
-// names.go (name grammar), challenge.go (the challenge grammar),
-// errors.go.
+// read.go (ReadRange), blob.go (OpenBlob, Authenticate), check.go
+// (Check, Ping), forward.go (Forward), names.go (name grammar),
+// challenge.go (the challenge grammar), errors.go.
 package registry

@@ -11,17 +11,24 @@ import (
 	"path/filepath"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"damselfly/rafs/registry"
 )
 
 // BlobReader reads blobs (layers, configs, manifests) of the repository or
-// layout a [Ref] names, whole or by byte range. Against a registry it
-// authenticates once, in [NewBlobReader], and then reuses the token and the
+// layout a [Ref] names, whole or by byte range. Against a registry it goes
+// through the project's registry client (rafs/registry): it authenticates
+// once, in [NewBlobReader], and then reuses the token and the
 // connections, so lazy chunk fetches should keep one per repository rather
-// than call [BlobRange] each time. It is safe for concurrent use. It does
-// not retry; wrap it for that.
+// than call [BlobRange] each time. Transient registry failures (network
+// errors, 5xx, 429) are retried there, with the project's backoff, up to
+// rafs/registry's default retry limit: a ranged read resumes where the
+// failed attempt stopped, a whole blob is retried only until its body
+// starts. Callers should not retry these reads again. It is safe for
+// concurrent use.
 type BlobReader struct {
 	ref Ref
-	reg *registryClient // docker only
+	reg *registryBlobs // docker only
 }
 
 // NewBlobReader returns a BlobReader for r. For docker it pings the registry
@@ -35,7 +42,7 @@ func NewBlobReader(ctx context.Context, r Ref, opts Options) (*BlobReader, error
 		if err != nil {
 			return nil, opError("open blob reader for", r, err)
 		}
-		if b.reg, err = newRegistryClient(ctx, ref, opts); err != nil {
+		if b.reg, err = newRegistryBlobs(ctx, ref, opts); err != nil {
 			return nil, opError("open blob reader for", r, err)
 		}
 	default:
@@ -80,11 +87,12 @@ func (b *BlobReader) blob(ctx context.Context, d v1.Hash) (io.ReadCloser, int64,
 
 // BlobRange returns exactly bytes [off, off+length) of the blob with digest
 // d; the caller must close the reader. A range past the end of the blob is
-// an error, reported by BlobRange or, when the registry only shows it
-// mid-stream, by Read as [io.ErrUnexpectedEOF]. From a registry this is one
-// GET with a Range header; the bytes are not verified, since a part of a
-// blob cannot be checked against its digest. docker-archive does not support
-// ranged reads ([errors.ErrUnsupported]).
+// an error, reported by BlobRange or, when the source only shows it
+// mid-stream, by Read as [io.ErrUnexpectedEOF]. From a registry the bytes
+// are read before BlobRange returns, by [BlobReader.ReadRange]; an oci:
+// layout streams them. The bytes are not verified, since a part of a
+// blob cannot be checked against its digest. docker-archive does not
+// support ranged reads ([errors.ErrUnsupported]).
 func (b *BlobReader) BlobRange(ctx context.Context, d v1.Hash, off, length int64) (io.ReadCloser, error) {
 	rc, err := b.blobRange(ctx, d, off, length)
 	if err != nil {
@@ -94,13 +102,7 @@ func (b *BlobReader) BlobRange(ctx context.Context, d v1.Hash, off, length int64
 }
 
 func (b *BlobReader) blobRange(ctx context.Context, d v1.Hash, off, length int64) (io.ReadCloser, error) {
-	if err := checkDigest(d); err != nil {
-		return nil, err
-	}
-	if off < 0 || length < 0 || off > (1<<63-1)-length {
-		return nil, fmt.Errorf("invalid range")
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkRange(ctx, d, off, length); err != nil {
 		return nil, err
 	}
 	switch b.ref.Transport {
@@ -123,8 +125,57 @@ func (b *BlobReader) blobRange(ctx context.Context, d v1.Hash, off, length int64
 		if length == 0 {
 			return io.NopCloser(bytes.NewReader(nil)), nil
 		}
-		return b.reg.blobRange(ctx, d, off, length)
+		if length > registry.MaxRange {
+			return nil, fmt.Errorf("a ranged read from a registry is at most %d bytes: read the blob whole", registry.MaxRange)
+		}
+		p := make([]byte, length)
+		if err := b.reg.readRange(ctx, d, off, p); err != nil {
+			return nil, err
+		}
+		return io.NopCloser(bytes.NewReader(p)), nil
 	}
+}
+
+// ReadRange fills p with bytes [off, off+len(p)) of the blob with digest
+// d, as [BlobReader.BlobRange] would yield them, without a stream between:
+// what lazy chunk reads use. From a registry this is one GET with a Range
+// header (more only to resume after a transient failure), of at most
+// rafs/registry.MaxRange bytes. p's contents are unspecified on error.
+func (b *BlobReader) ReadRange(ctx context.Context, d v1.Hash, off int64, p []byte) error {
+	if err := b.readRange(ctx, d, off, p); err != nil {
+		return fmt.Errorf("read bytes %d+%d of blob %s from %s: %w", off, len(p), d, b.ref, err)
+	}
+	return nil
+}
+
+func (b *BlobReader) readRange(ctx context.Context, d v1.Hash, off int64, p []byte) error {
+	if b.ref.Transport != Docker {
+		rc, err := b.blobRange(ctx, d, off, int64(len(p)))
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		_, err = io.ReadFull(rc, p)
+		return err
+	}
+	if err := checkRange(ctx, d, off, int64(len(p))); err != nil {
+		return err
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	return b.reg.readRange(ctx, d, off, p)
+}
+
+// checkRange checks a ranged read's arguments, and ctx, before any I/O.
+func checkRange(ctx context.Context, d v1.Hash, off, length int64) error {
+	if err := checkDigest(d); err != nil {
+		return err
+	}
+	if off < 0 || length < 0 || off > (1<<63-1)-length {
+		return fmt.Errorf("invalid range")
+	}
+	return ctx.Err()
 }
 
 // Blob returns the whole blob with digest d from r and its size; see

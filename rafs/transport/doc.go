@@ -11,9 +11,15 @@
 // [Parse] turns such a string into a [Ref]. [ReadImage] and [ReadIndex] fetch
 // the image (resolving multi-platform indexes to [Options.Platform]) or the
 // raw top-level index; [WriteImage] and [WriteIndex] store them. [Blob] and
-// [BlobRange] fetch one blob, or a byte range of it, by digest: BlobRange is
-// what lazy chunk fetches use, so against a registry it issues a single
-// authenticated HTTP Range request and nothing else.
+// [BlobRange] fetch one blob, or a byte range of it, by digest, and a
+// [BlobReader] keeps what they need for a repository: ranged reads are what
+// lazy chunk fetches use, so against a registry each is a single
+// authenticated HTTP Range request, more only to retry a transient failure.
+//
+// Whole images go through go-containerregistry's remote package; blobs
+// through the project's registry client, rafs/registry, so its token,
+// retry and range policy is the one that applies. Both sit on the same base
+// transport ([Options.Transport]).
 //
 // The parts are split by concern: ref.go parses references, options.go turns
 // [Options] into go-containerregistry options, platform.go resolves indexes,

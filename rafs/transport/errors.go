@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"damselfly/rafs/registry"
+
 	gcrtransport "github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
@@ -35,10 +37,16 @@ func unknownTransport(r Ref) error {
 }
 
 // classify adds [ErrNotFound] to the chain of a registry error with status
-// 404, so callers need not know go-containerregistry's error types.
+// 404, from go-containerregistry (whole images) or rafs/registry (blobs),
+// so callers need not know either's error types.
 func classify(err error) error {
+	if errors.Is(err, ErrNotFound) {
+		return err
+	}
 	var terr *gcrtransport.Error
-	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound && !errors.Is(err, ErrNotFound) {
+	var serr *registry.StatusError
+	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound ||
+		errors.As(err, &serr) && serr.Code == http.StatusNotFound {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	}
 	return err

@@ -69,31 +69,3 @@ func (v *verifyingReader) Read(p []byte) (int, error) {
 }
 
 func (v *verifyingReader) Close() error { return v.rc.Close() }
-
-// exactReader yields exactly n bytes of rc, failing with
-// io.ErrUnexpectedEOF if rc ends sooner and ignoring anything after.
-type exactReader struct {
-	rc io.ReadCloser
-	n  int64
-}
-
-func newExactReader(rc io.ReadCloser, n int64) *exactReader {
-	return &exactReader{rc: rc, n: n}
-}
-
-func (e *exactReader) Read(p []byte) (int, error) {
-	if e.n <= 0 {
-		return 0, io.EOF
-	}
-	if int64(len(p)) > e.n {
-		p = p[:e.n]
-	}
-	n, err := e.rc.Read(p)
-	e.n -= int64(n)
-	if err == io.EOF && e.n > 0 {
-		err = io.ErrUnexpectedEOF
-	}
-	return n, err
-}
-
-func (e *exactReader) Close() error { return e.rc.Close() }

@@ -2,14 +2,13 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 
-	"github.com/google/go-containerregistry/pkg/authn"
+	"damselfly/rafs"
+	"damselfly/rafs/registry"
+
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -58,129 +57,94 @@ func registryReadIndex(ctx context.Context, r Ref, opts Options) (v1.ImageIndex,
 	return idx, true, nil
 }
 
-// registryClient is an HTTP client authenticated for pulls from one
-// repository. It is safe for concurrent use; go-containerregistry's bearer
-// transport renews the token when the registry answers 401.
-type registryClient struct {
-	repo   name.Repository
-	client *http.Client
+// registryBlobs reads the blobs of one repository through the project's
+// registry client (rafs/registry), so that its token handling, retries,
+// status classification and range checks apply here as everywhere. It is
+// safe for concurrent use.
+type registryBlobs struct {
+	client *registry.Client
+	ref    registry.Ref
+	host   string // for errors: the registry as the reference names it
 }
 
-// newRegistryClient pings the registry and obtains a pull token for the
-// repository of ref. ctx bounds only this handshake.
-func newRegistryClient(ctx context.Context, ref name.Reference, opts Options) (*registryClient, error) {
+// newRegistryBlobs makes the client for the repository of ref, from opts:
+// its base transport and User-Agent, its keychain (the client reads for
+// its own user, so the node's credentials are its), and plain HTTP where ref's
+// registry has scheme http (opts.Insecure, loopback, or what
+// go-containerregistry takes for a local address), as ReadImage speaks
+// to it. It does the handshake (ping, and a pull token where the
+// registry asks for one) now; ctx bounds only the wait for it.
+func newRegistryBlobs(ctx context.Context, ref name.Reference, opts Options) (*registryBlobs, error) {
 	repo := ref.Context()
-	auth, err := authn.Resolve(ctx, opts.keychain(), repo)
-	if err != nil {
-		return nil, fmt.Errorf("resolve credentials for %s: %w", repo.RegistryStr(), err)
+	host, scheme := repo.RegistryStr(), repo.Registry.Scheme()
+	cfg := registry.Default()
+	cfg.DefaultRegistry = scheme + "://" + host
+	if scheme == "http" {
+		cfg.PlainHTTP = []string{host}
 	}
 	rt := opts.roundTripper()
 	if opts.UserAgent != "" {
 		rt = gcrtransport.NewUserAgent(rt, opts.UserAgent)
 	}
-	rt, err = gcrtransport.NewWithContext(ctx, repo.Registry, auth, rt, []string{repo.Scope(gcrtransport.PullScope)})
+	client, err := registry.New(cfg, nil, registry.WithTransport(rt), registry.WithKeychain(opts.keychain()))
 	if err != nil {
-		return nil, fmt.Errorf("authenticate to registry %s for repository %s: %w", repo.RegistryStr(), repo.RepositoryStr(), classify(err))
+		return nil, fmt.Errorf("registry %s: %w", host, err)
 	}
-	return &registryClient{repo: repo, client: &http.Client{Transport: rt}}, nil
+	b := &registryBlobs{client: client, ref: registry.Ref{Registry: cfg.DefaultRegistry, Repo: repo.RepositoryStr()}, host: host}
+	if err := client.Authenticate(ctx, b.ref); err != nil {
+		return nil, b.errorf(classify(err))
+	}
+	return b, nil
 }
 
-// getBlob issues a GET for blob d, with the Range header rng unless it is
-// empty, and returns the response if its status is one of want.
-func (c *registryClient) getBlob(ctx context.Context, d v1.Hash, rng string, want ...int) (*http.Response, error) {
-	u := url.URL{
-		Scheme: c.repo.Registry.Scheme(),
-		Host:   c.repo.RegistryStr(),
-		Path:   "/v2/" + c.repo.RepositoryStr() + "/blobs/" + d.String(),
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	if rng != "" {
-		req.Header.Set("Range", rng)
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		return nil, c.errorf(d, err)
-	}
-	if err := gcrtransport.CheckError(resp, want...); err != nil {
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable {
-			err = fmt.Errorf("range %s not satisfiable, probably past the end of the blob: %w", rng, err)
-		}
-		return nil, c.errorf(d, classify(err))
-	}
-	return resp, nil
+// errorf names the registry and repository in err.
+func (b *registryBlobs) errorf(err error) error {
+	return fmt.Errorf("registry %s repository %s: %w", b.host, b.ref.Repo, err)
 }
 
-// errorf names the registry, repository and blob in err.
-func (c *registryClient) errorf(d v1.Hash, err error) error {
-	return fmt.Errorf("registry %s repository %s blob %s: %w", c.repo.RegistryStr(), c.repo.RepositoryStr(), d, err)
+// digest is d as rafs/registry takes it: sha256 only.
+func (b *registryBlobs) digest(d v1.Hash) (rafs.Digest, error) {
+	if d.Algorithm != "sha256" {
+		return rafs.Digest{}, b.errorf(fmt.Errorf("%s blobs: %w", d.Algorithm, errors.ErrUnsupported))
+	}
+	return rafs.ParseDigest(d.String())
 }
 
-// blob fetches all of blob d, verifying its digest as it is read. The size
-// is -1 if the registry did not send a Content-Length.
-func (c *registryClient) blob(ctx context.Context, d v1.Hash) (io.ReadCloser, int64, error) {
-	resp, err := c.getBlob(ctx, d, "", http.StatusOK)
+// blob streams all of blob d, verifying its digest as it is read. The
+// size is -1 if the registry did not send a Content-Length.
+func (b *registryBlobs) blob(ctx context.Context, d v1.Hash) (io.ReadCloser, int64, error) {
+	rd, err := b.digest(d)
 	if err != nil {
 		return nil, 0, err
 	}
-	vr, err := newVerifyingReader(resp.Body, d)
+	rc, size, err := b.client.OpenBlob(ctx, b.ref, rd)
 	if err != nil {
-		resp.Body.Close()
+		return nil, 0, b.errorf(classify(err))
+	}
+	vr, err := newVerifyingReader(rc, d)
+	if err != nil {
+		rc.Close()
 		return nil, 0, err
 	}
-	return vr, resp.ContentLength, nil
+	return vr, size, nil
 }
 
-// blobRange fetches bytes [off, off+length) of blob d with one Range
-// request. A registry that ignores Range and answers 200 with the whole
-// blob is handled by skipping to off.
-func (c *registryClient) blobRange(ctx context.Context, d v1.Hash, off, length int64) (io.ReadCloser, error) {
-	rng := fmt.Sprintf("bytes=%d-%d", off, off+length-1)
-	resp, err := c.getBlob(ctx, d, rng, http.StatusPartialContent, http.StatusOK)
+// readRange fills p with bytes [off, off+len(p)) of blob d: one ranged
+// GET, and more only to resume after a transient failure.
+func (b *registryBlobs) readRange(ctx context.Context, d v1.Hash, off int64, p []byte) error {
+	if len(p) > registry.MaxRange {
+		return fmt.Errorf("a ranged read from a registry is at most %d bytes: read the blob whole", registry.MaxRange)
+	}
+	rd, err := b.digest(d)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if resp.StatusCode == http.StatusOK {
-		if _, err := io.CopyN(io.Discard, resp.Body, off); err != nil {
-			resp.Body.Close()
-			return nil, c.errorf(d, fmt.Errorf("skip to offset %d of full response: %w", off, err))
-		}
-		return newExactReader(resp.Body, length), nil
-	}
-	start, end, err := parseContentRange(resp.Header.Get("Content-Range"))
-	if err == nil && (start != off || end < start) {
-		err = fmt.Errorf("asked for %s, got Content-Range %q", rng, resp.Header.Get("Content-Range"))
-	}
-	if err == nil && end-start+1 < length {
-		err = fmt.Errorf("range %s extends past the end of the blob (Content-Range %q)", rng, resp.Header.Get("Content-Range"))
+	err = b.client.ReadRange(ctx, b.ref, rd, off, p)
+	if errors.Is(err, registry.ErrRange) {
+		err = fmt.Errorf("range extends past the end of the blob: %w", err)
 	}
 	if err != nil {
-		resp.Body.Close()
-		return nil, c.errorf(d, err)
+		return b.errorf(classify(err))
 	}
-	return newExactReader(resp.Body, length), nil
-}
-
-// parseContentRange parses "bytes START-END/TOTAL" (TOTAL may be "*").
-func parseContentRange(s string) (start, end int64, err error) {
-	spec, ok := strings.CutPrefix(s, "bytes ")
-	if ok {
-		spec, _, ok = strings.Cut(spec, "/")
-	}
-	var first, last string
-	if ok {
-		first, last, ok = strings.Cut(spec, "-")
-	}
-	if ok {
-		if start, err = strconv.ParseInt(first, 10, 64); err == nil {
-			end, err = strconv.ParseInt(last, 10, 64)
-		}
-	}
-	if !ok || err != nil || start < 0 {
-		return 0, 0, fmt.Errorf("malformed Content-Range %q", s)
-	}
-	return start, end, nil
+	return nil
 }
