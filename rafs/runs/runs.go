@@ -48,10 +48,10 @@ func Of(chunks []rafs.Chunk) Run {
 // by blob and offset and merges each chunk into the run before it when
 // it is in the same blob, starts where that run ends, and the merged run
 // is at most budget bytes. A chunk bigger than budget is a run of its
-// own, and so is one whose end would pass 2^64. Duplicates are kept:
-// a second chunk at the same offset starts a new run. Every chunk of cs
-// is in exactly one run; runs come in blob and offset order. cs is not
-// modified.
+// own, and so is one whose end would pass 2^64. Duplicates are kept: a
+// second chunk at the offset of a non-empty one starts a new run. Every
+// chunk of cs is in exactly one run; runs come in blob and offset order.
+// cs is not modified, and no two runs share an array.
 func Merge(cs []rafs.Chunk, budget uint64) []Run {
 	cs = slices.Clone(cs)
 	slices.SortFunc(cs, func(a, b rafs.Chunk) int {
@@ -66,9 +66,6 @@ func Merge(cs []rafs.Chunk, budget uint64) []Run {
 			out[k].Chunks = append(out[k].Chunks, c)
 			continue
 		}
-		// Each run gets its own array, so that appending to one never
-		// writes into the next (a three-index slice of cs would do too,
-		// but the caller may keep the runs long after).
 		out = append(out, Run{Blob: c.Blob, Off: off, End: end, Chunks: []rafs.Chunk{c}})
 	}
 	return out
