@@ -6,6 +6,7 @@ import (
 
 	"damselfly/fusemount/backend"
 	"damselfly/rafs"
+	"damselfly/rafs/runs"
 )
 
 // SourceLocal is a local blob directory given with --bootstrap.
@@ -36,7 +37,14 @@ func (a *backendAdapter) Close() error {
 	return a.remote.Close()
 }
 
-// ReadChunksFrom makes the daemon's backend a ChunkBackend.
+// maxLocalRun bounds a run read from a local blob directory, checked
+// before allocating its buffer: the backend chain's limit, the largest
+// amplify_io.
+const maxLocalRun = 64 << 20
+
+// ReadChunksFrom makes the daemon's backend a ChunkBackend. A run from
+// a local blob directory is checked as the backend chain checks one
+// (runs.Check).
 func (a *backendAdapter) ReadChunksFrom(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk,
 	deliver func(i int, dc rafs.Chunk, stored []byte) error) (string, error) {
 	if a.local == nil {
@@ -46,19 +54,16 @@ func (a *backendAdapter) ReadChunksFrom(ctx context.Context, blob rafs.Blob, chu
 	if len(chunks) == 0 {
 		return SourceLocal, nil
 	}
-	first, last := chunks[0], chunks[len(chunks)-1]
-	off, end := first.CompressedOffset, last.CompressedOffset+uint64(last.CompressedSize)
-	for i, c := range chunks {
-		if c.CompressedOffset < off || c.CompressedOffset+uint64(c.CompressedSize) > end || end-off > 64<<20 {
-			return SourceLocal, fmt.Errorf("read chunks of blob %s: chunk %d (%s) outside the run %d-%d", blob.Digest, i, c.Digest, off, end)
-		}
+	run, err := runs.Check(blob, chunks, maxLocalRun)
+	if err != nil {
+		return SourceLocal, fmt.Errorf("read chunks of blob %s: %w", blob.Digest, err)
 	}
-	stored := make([]byte, end-off)
-	if err := a.local.ReadBlob(ctx, blob, int64(off), stored); err != nil {
+	stored := make([]byte, run.Len())
+	if err := a.local.ReadBlob(ctx, blob, int64(run.Off), stored); err != nil {
 		return SourceLocal, err
 	}
 	for i, c := range chunks {
-		if err := deliver(i, c, stored[c.CompressedOffset-off:][:c.CompressedSize]); err != nil {
+		if err := deliver(i, c, run.Stored(stored, c)); err != nil {
 			return SourceLocal, fmt.Errorf("read chunks of blob %s: deliver chunk %d (%s): %w", blob.Digest, i, c.Digest, err)
 		}
 	}

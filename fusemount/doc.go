@@ -7,7 +7,9 @@
 // (memory, the node cache of package rafs/cache, then the backend chain of
 // fusemount/backend), with one fetch per chunk however many readers wait
 // (flight.go: runs of chunks in a rafs/flight group), merging of adjacent
-// misses and readahead; prefetch.go warms the cache after mounting;
-// daemon.go ties the lifecycle to the mount (no orphans, stale mounts
-// detached); api.go serves status and Prometheus metrics on a unix socket.
+// misses (a miss and the missing chunks stored after it, planned by
+// rafs/runs' Extend) and readahead; prefetch.go warms the cache after
+// mounting; daemon.go ties the lifecycle to the mount (no orphans, stale
+// mounts detached); api.go serves status and Prometheus metrics on a unix
+// socket.
 package fusemount

@@ -15,6 +15,7 @@ import (
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
 	"damselfly/rafs/flight"
+	"damselfly/rafs/runs"
 )
 
 // Backend reads stored blob bytes from wherever the image lives and says
@@ -416,11 +417,10 @@ func (f *Fetcher) fetch(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk
 		}
 		f.log.Warn("slow chunk read", args...)
 	}
-	first, last := chunks[0], chunks[n-1]
+	run := runs.Of(chunks)
 	fail := func(j int, err error) {
-		end := last.CompressedOffset + uint64(last.CompressedSize)
 		f.failed(fls[j], fmt.Errorf("fetch chunk %s (blob %s, run of chunks %d-%d, bytes %d+%d, %d delivered): %w",
-			chunks[j].Digest, blob.Digest, first.Index, last.Index, first.CompressedOffset, end-first.CompressedOffset, delivered, err))
+			chunks[j].Digest, blob.Digest, chunks[0].Index, chunks[n-1].Index, run.Off, run.Len(), delivered, err))
 	}
 	// Chunks never delivered share the run's fate; then those delivered
 	// bad are fetched again.
@@ -473,15 +473,14 @@ func (f *Fetcher) read(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk,
 	if f.runs != nil {
 		return f.runs.ReadDecodedChunksFrom(ctx, blob, chunks, deliver)
 	}
-	first, last := chunks[0], chunks[len(chunks)-1]
-	end := last.CompressedOffset + uint64(last.CompressedSize)
-	stored := make([]byte, end-first.CompressedOffset)
-	src, err := f.backend.ReadBlobFrom(ctx, blob, int64(first.CompressedOffset), stored)
+	run := runs.Of(chunks)
+	stored := make([]byte, run.Len())
+	src, err := f.backend.ReadBlobFrom(ctx, blob, int64(run.Off), stored)
 	if err != nil {
 		return src, err
 	}
 	for i, k := range chunks {
-		if err := deliver(i, k, stored[k.CompressedOffset-first.CompressedOffset:][:k.CompressedSize], nil, src); err != nil {
+		if err := deliver(i, k, run.Stored(stored, k), nil, src); err != nil {
 			return src, err
 		}
 	}
@@ -517,24 +516,22 @@ func (f *Fetcher) accept(blob rafs.Blob, k, as rafs.Chunk, stored, plain []byte,
 }
 
 // plan returns c and the chunks stored right after it in the same blob
-// that are neither cached nor being fetched, up to AmplifyIO bytes.
+// that are neither cached nor being fetched, up to AmplifyIO bytes
+// (runs.Extend over the bootstrap's chunk table, which lists each blob's
+// chunks in offset order; a chunk it cannot read ends the run).
 func (f *Fetcher) plan(c rafs.Chunk) []rafs.Chunk {
-	run := []rafs.Chunk{c}
-	total := int(c.CompressedSize)
-	end := c.CompressedOffset + uint64(c.CompressedSize)
-	for i := c.Index + 1; i < f.b.ChunkCount(); i++ {
-		n, err := f.b.Chunk(i)
-		if err != nil || n.Blob != c.Blob || n.CompressedOffset != end || total+int(n.CompressedSize) > f.cfg.AmplifyIO {
-			break
+	following := func(yield func(rafs.Chunk) bool) {
+		for i := c.Index + 1; i < f.b.ChunkCount(); i++ {
+			n, err := f.b.Chunk(i)
+			if err != nil || !yield(n) {
+				return
+			}
 		}
-		if f.mem.Contains(n.Index) || f.flights.Busy(n.Index) || (f.cache != nil && f.cache.Has(cache.KeyOf(n))) {
-			break
-		}
-		run = append(run, n)
-		total += int(n.CompressedSize)
-		end += uint64(n.CompressedSize)
 	}
-	return run
+	atHand := func(n rafs.Chunk) bool {
+		return f.mem.Contains(n.Index) || f.flights.Busy(n.Index) || (f.cache != nil && f.cache.Has(cache.KeyOf(n)))
+	}
+	return runs.Extend(c, following, uint64(f.cfg.AmplifyIO), atHand).Chunks
 }
 
 // store keeps a verified chunk: in the node cache (stored form, shared with

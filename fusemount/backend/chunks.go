@@ -8,6 +8,7 @@ import (
 
 	"damselfly/rafs"
 	"damselfly/rafs/registry"
+	"damselfly/rafs/runs"
 )
 
 // DeliverFunc receives the i-th chunk of a run with its stored bytes. c
@@ -67,8 +68,8 @@ func (b *Backend) ReadDecodedChunksFrom(ctx context.Context, blob rafs.Blob, chu
 	if b.closed.Load() {
 		return "", b.runError(blob, chunks, "", 0, 0, ErrClosed)
 	}
-	if err := checkRun(blob, chunks); err != nil {
-		return "", b.runError(blob, chunks, "", 0, 0, err)
+	if _, err := runs.Check(blob, chunks, maxRunBytes); err != nil {
+		return "", b.runError(blob, chunks, "", 0, 0, fmt.Errorf("%w: %w", ErrRange, err))
 	}
 	if b.oci != nil {
 		return SourceOCI, b.readChunksOCI(ctx, blob, chunks, deliver)
@@ -79,54 +80,16 @@ func (b *Backend) ReadDecodedChunksFrom(ctx context.Context, blob rafs.Blob, chu
 	return b.readChunksRemote(ctx, blob, chunks, deliver)
 }
 
-// checkRun checks that chunks are a gap-free run of blob within its size.
-func checkRun(blob rafs.Blob, chunks []rafs.Chunk) error {
-	for i, c := range chunks {
-		if c.Blob != blob.Index {
-			return fmt.Errorf("%w: chunk %d (%s) is in blob %d, not %d", ErrRange, i, c.Digest, c.Blob, blob.Index)
-		}
-		if i > 0 {
-			p := chunks[i-1]
-			end := p.CompressedOffset + uint64(p.CompressedSize)
-			if end < p.CompressedOffset {
-				return fmt.Errorf("%w: chunk %d ends past 2^64", ErrRange, i-1)
-			}
-			if c.CompressedOffset != end {
-				return fmt.Errorf("%w: chunk %d starts at byte %d, chunk %d ends at %d: not a contiguous run", ErrRange, i, c.CompressedOffset, i-1, end)
-			}
-		}
-	}
-	if len(chunks) == 0 {
-		return nil
-	}
-	off, n := runRange(chunks)
-	if end := off + n; end < off || (blob.CompressedSize > 0 && end > blob.CompressedSize) {
-		return fmt.Errorf("%w: bytes %d+%d of a %d-byte blob", ErrRange, off, n, blob.CompressedSize)
-	}
-	if n > maxRunBytes {
-		return fmt.Errorf("%w: a run of %d bytes, the most is %d", ErrRange, n, uint64(maxRunBytes))
-	}
-	return nil
-}
-
 // maxRunBytes bounds the bytes of one run, checked before allocating a
 // buffer for it (the mount's largest amplify_io).
 const maxRunBytes = 64 << 20
 
-// runRange is the byte range [off, off+n) of a non-empty checked run.
-func runRange(chunks []rafs.Chunk) (off, n uint64) {
-	first, last := chunks[0], chunks[len(chunks)-1]
-	return first.CompressedOffset, last.CompressedOffset + uint64(last.CompressedSize) - first.CompressedOffset
-}
-
-// runError describes a failed run read by the byte range of chunks.
+// runError describes a failed run read by the byte range of chunks
+// (runs.Of: unchecked when the run was refused).
 func (b *Backend) runError(blob rafs.Blob, chunks []rafs.Chunk, src Source, attempts int, elapsed time.Duration, err error) *ReadError {
-	var off, n uint64
-	if len(chunks) > 0 {
-		off, n = runRange(chunks)
-	}
-	e := b.readError(blob, int64(off), nil, src, attempts, elapsed, err)
-	e.Len = int64(n)
+	r := runs.Of(chunks)
+	e := b.readError(blob, int64(r.Off), nil, src, attempts, elapsed, err)
+	e.Len = int64(r.Len())
 	return e
 }
 
@@ -144,16 +107,17 @@ func (e *deliverError) Error() string {
 
 func (e *deliverError) Unwrap() error { return e.err }
 
-// readRun reads the byte range of chunks with read and delivers each
-// chunk's slice, numbering them from base.
+// readRun reads the byte range of chunks, a checked run (or a tail of
+// one), with read and delivers each chunk's slice, numbering them from
+// base.
 func readRun(ctx context.Context, chunks []rafs.Chunk, base int, read func(ctx context.Context, off int64, p []byte) error, deliver DeliverFunc) error {
-	off, n := runRange(chunks)
-	stored := make([]byte, n)
-	if err := read(ctx, int64(off), stored); err != nil {
+	r := runs.Of(chunks)
+	stored := make([]byte, r.Len())
+	if err := read(ctx, int64(r.Off), stored); err != nil {
 		return err
 	}
 	for i, c := range chunks {
-		if err := deliver(base+i, c, stored[c.CompressedOffset-off:][:c.CompressedSize]); err != nil {
+		if err := deliver(base+i, c, r.Stored(stored, c)); err != nil {
 			return err
 		}
 	}

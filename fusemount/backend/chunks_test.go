@@ -307,33 +307,6 @@ func TestReadChunksClosed(t *testing.T) {
 	}
 }
 
-// FuzzCheckRun: whatever run a hostile bootstrap describes, checkRun
-// either refuses it or every chunk's slice lies inside the run's range.
-func FuzzCheckRun(f *testing.F) {
-	f.Add(uint64(0), uint32(10), uint64(10), uint32(5), uint64(100), uint32(0))
-	f.Add(uint64(5), uint32(10), uint64(20), uint32(5), uint64(0), uint32(1))
-	f.Add(^uint64(0)-3, uint32(10), uint64(6), uint32(5), uint64(0), uint32(0))
-	f.Fuzz(func(t *testing.T, off0 uint64, size0 uint32, off1 uint64, size1 uint32, blobSize uint64, blobIdx uint32) {
-		blob := rafs.Blob{Index: 0, CompressedSize: blobSize}
-		chunks := []rafs.Chunk{
-			{Blob: 0, CompressedOffset: off0, CompressedSize: size0},
-			{Blob: blobIdx, CompressedOffset: off1, CompressedSize: size1},
-		}
-		if checkRun(blob, chunks) != nil {
-			return
-		}
-		off, n := runRange(chunks)
-		if n > maxRunBytes || (blobSize > 0 && off+n > blobSize) {
-			t.Fatalf("accepted a run of %d+%d in a %d-byte blob", off, n, blobSize)
-		}
-		for _, c := range chunks {
-			if c.CompressedOffset < off || c.CompressedOffset-off+uint64(c.CompressedSize) > n {
-				t.Fatalf("chunk %d+%d outside the run %d+%d", c.CompressedOffset, c.CompressedSize, off, n)
-			}
-		}
-	})
-}
-
 // testPeer is a ChunkSource for a real proxy.Server: it reads each chunk
 // from the origin by range (through registry.Client), verifies it and
 // delivers it. Faults are injected per blob ordinal: failAt answers that

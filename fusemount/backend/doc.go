@@ -23,10 +23,11 @@
 //     (rafs/registry: go-containerregistry's handshake, done lazily and
 //     again after a 401), and its errors mapped to this package's.
 //   - proxy.go: the proxy's health state and the goroutine that probes it.
-//   - chunks.go: reading a run of chunks by digest: through the peer's
-//     batch endpoint (so the peer can verify before caching or serving),
-//     or as one byte range from the registry, an OCI layout or a plain
-//     mirror without the endpoint.
+//   - chunks.go: reading a run of chunks by digest, first checked by
+//     rafs/runs (Check: one blob, no gap, within its size and 64 MiB):
+//     through the peer's batch endpoint (so the peer can verify before
+//     caching or serving), or as one byte range from the registry, an OCI
+//     layout or a plain mirror without the endpoint.
 //   - oci.go: the OCI layout reader.
 //   - stats.go and errors.go: counters, sentinel and typed errors.
 package backend

@@ -38,8 +38,9 @@
 //   - hedge.go: a parent that delivers nothing for HedgeDelay has its
 //     chunks asked for again where the Router (through decide) now says;
 //     the first verified copy wins.
-//   - origin.go: ranged GETs to the origin, adjacent chunks merged, each
-//     chunk verified as soon as its bytes are in.
+//   - origin.go: ranged GETs to the origin, adjacent chunks merged into
+//     runs by rafs/runs (Merge), each chunk verified as soon as its bytes
+//     are in.
 //   - recent.go: the parents the Router named lately, for rounds it does
 //     not answer.
 //   - router.go: Router and RouteWaiter, the interface this package

@@ -3,49 +3,15 @@ package fetch
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 
 	"damselfly/rafs"
+	"damselfly/rafs/runs"
 )
 
-// originRun is a run of chunks adjacent in the blob, fetched with one
-// ranged GET.
-type originRun struct {
-	off, end int64
-	chunks   []rafs.Chunk
-}
-
-// originRuns sorts cs by offset and merges adjacent chunks into runs of at
-// most maxRange bytes (a bigger chunk is a run of its own).
-func originRuns(cs []rafs.Chunk, maxRange int64) []originRun {
-	cs = slices.Clone(cs)
-	slices.SortFunc(cs, func(a, b rafs.Chunk) int {
-		switch {
-		case a.CompressedOffset < b.CompressedOffset:
-			return -1
-		case a.CompressedOffset > b.CompressedOffset:
-			return 1
-		}
-		return 0
-	})
-	var out []originRun
-	for _, c := range cs {
-		off := int64(c.CompressedOffset)
-		end := off + int64(c.CompressedSize)
-		if k := len(out) - 1; k >= 0 && out[k].end == off && end-out[k].off <= maxRange {
-			out[k].end = end
-			out[k].chunks = append(out[k].chunks, c)
-			continue
-		}
-		out = append(out, originRun{off: off, end: end, chunks: []rafs.Chunk{c}})
-	}
-	return out
-}
-
 // fetchOrigin fetches cs from the origin, adjacent chunks merged into
-// ranged GETs of up to OriginMaxRange, a few at once. Each chunk is
-// verified before it is cached, handed on and announced. With turn (the
+// ranged GETs of up to OriginMaxRange (runs.Merge), a few at once. Each
+// chunk is verified before it is cached, handed on and announced. With turn (the
 // Router gave this node the turn), failed chunks are abandoned so that
 // another peer gets the turn. A permanent origin error fails its chunks
 // at once; a transient one leaves them for the next round. A chunk whose
@@ -56,7 +22,7 @@ func originRuns(cs []rafs.Chunk, maxRange int64) []originRun {
 func (e *Engine) fetchOrigin(ctx context.Context, g *group, cs []rafs.Chunk, turn bool) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, e.cfg.MaxParallelOrigin)
-	for _, run := range originRuns(cs, e.cfg.OriginMaxRange) {
+	for _, run := range runs.Merge(cs, uint64(e.cfg.OriginMaxRange)) {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -77,7 +43,7 @@ func (e *Engine) fetchOrigin(ctx context.Context, g *group, cs []rafs.Chunk, tur
 // chunk is verified, on a goroutine of its own, as soon as its bytes are
 // in, while the rest of the run arrives; a read that fails part-way
 // keeps the chunks that arrived whole.
-func (e *Engine) fetchRun(ctx context.Context, g *group, run originRun, turn bool) {
+func (e *Engine) fetchRun(ctx context.Context, g *group, run runs.Run, turn bool) {
 	ords := func(cs []rafs.Chunk) []uint32 {
 		out := make([]uint32, len(cs))
 		for i, c := range cs {
@@ -90,14 +56,14 @@ func (e *Engine) fetchRun(ctx context.Context, g *group, run originRun, turn boo
 		e.m.unscheduledOrigin()
 	}
 	// buf is this run's own: the chunks keep their slices of it.
-	buf := make([]byte, run.end-run.off)
-	arrived := make(chan rafs.Chunk, len(run.chunks))
+	buf := make([]byte, run.Len())
+	arrived := make(chan rafs.Chunk, len(run.Chunks))
 	next, filled := 0, 0 // chunks sent to the verifier, bytes of buf in
 	progress := func(k int) {
 		filled = k
-		for next < len(run.chunks) {
-			c := run.chunks[next]
-			if int64(c.CompressedOffset)+int64(c.CompressedSize)-run.off > int64(k) {
+		for next < len(run.Chunks) {
+			c := run.Chunks[next]
+			if c.CompressedOffset-run.Off+uint64(c.CompressedSize) > uint64(k) {
 				break
 			}
 			arrived <- c
@@ -111,7 +77,7 @@ func (e *Engine) fetchRun(ctx context.Context, g *group, run originRun, turn boo
 		scratch := getScratch()
 		defer putScratch(scratch)
 		for c := range arrived {
-			stored := buf[int64(c.CompressedOffset)-run.off:][:c.CompressedSize]
+			stored := run.Stored(buf, c)
 			if err := rafs.VerifyChunk(c, stored, scratch); err != nil {
 				bad = append(bad, c.Ordinal)
 				err = fmt.Errorf("origin: chunk %d of blob %s fails verification: %w", c.Ordinal, g.atOrigin, err)
@@ -124,8 +90,8 @@ func (e *Engine) fetchRun(ctx context.Context, g *group, run originRun, turn boo
 	}()
 	var err error
 	if so, ok := e.origin.(StreamingOrigin); ok {
-		err = so.ReadRangeFunc(ctx, g.up, g.atOrigin, run.off, buf, progress)
-	} else if err = e.origin.ReadRange(ctx, g.up, g.atOrigin, run.off, buf); err == nil {
+		err = so.ReadRangeFunc(ctx, g.up, g.atOrigin, int64(run.Off), buf, progress)
+	} else if err = e.origin.ReadRange(ctx, g.up, g.atOrigin, int64(run.Off), buf); err == nil {
 		progress(len(buf))
 	}
 	close(arrived)
@@ -139,14 +105,14 @@ func (e *Engine) fetchRun(ctx context.Context, g *group, run originRun, turn boo
 	if err == nil {
 		return
 	}
-	rest := run.chunks[next:] // the chunks that did not arrive whole
+	rest := run.Chunks[next:] // the chunks that did not arrive whole
 	if turn {
 		e.router.Abandon(g.blob, ords(rest))
 	}
 	if ctx.Err() != nil {
 		return
 	}
-	err = fmt.Errorf("origin: read %d bytes at %d of blob %s: %w", len(buf), run.off, g.atOrigin, err)
+	err = fmt.Errorf("origin: read %d bytes at %d of blob %s: %w", len(buf), int64(run.Off), g.atOrigin, err)
 	if !e.transient(err) {
 		e.failNow(g, rest, err)
 		return

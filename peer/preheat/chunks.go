@@ -7,7 +7,8 @@ import (
 )
 
 // blobChunks is the chunks of one blob a preheat fetches, ascending by
-// ordinal (adjacent chunks then merge into one origin request).
+// ordinal (the fetch engine then merges adjacent chunks into one origin
+// request, rafs/runs.Merge).
 type blobChunks struct {
 	digest rafs.Digest
 	chunks []rafs.Chunk
