@@ -64,8 +64,14 @@ func NewNode(cfg NodeConfig, h host.Host, c *cache.Cache, r fetch.Router, origin
 	if err != nil {
 		return nil, err
 	}
-	n.plain, err = plain.New(plain.Config{PieceSize: cfg.PieceSize, Dir: cfg.HoldingsDir}, plain.Deps{
-		Engine: n.eng, Host: h, Cache: c, Router: r, Holdings: n, Metrics: m, Log: log,
+	// A registry client can say a blob's size before its bytes: with it,
+	// nodes pulling a plain blob at once share its pieces as they land.
+	live, _ := origin.(plain.Origin)
+	n.plain, err = plain.New(plain.Config{
+		PieceSize: cfg.PieceSize, Dir: cfg.HoldingsDir,
+		FetchDeadline: cfg.FetchDeadline, OriginMaxRange: cfg.OriginMaxRange, ParentTimeout: cfg.ParentTimeout,
+	}, plain.Deps{
+		Engine: n.eng, Host: h, Cache: c, Router: r, Holdings: n, Metrics: m, Log: log, Origin: live,
 	})
 	if err != nil {
 		n.eng.Close()

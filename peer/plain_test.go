@@ -365,3 +365,59 @@ func hasBadReport(rs []route.Outcome, blob rafs.Digest) bool {
 }
 
 var _ = fmt.Sprintf
+
+// TestPlainConcurrentPulls: four nodes pull one plain blob through their
+// mirrors at the same moment. The pieces are scheduled like chunks, so the
+// registry sends the blob about once (not four times), every node gets it
+// right, and every node ends with the blob's checked table.
+func TestPlainConcurrentPulls(t *testing.T) {
+	t.Parallel()
+	key, st, reg := clusterKey(t), newScheduler(t), newPlainRegistry(t)
+	data := randBytes(47, 40*piece.MinSize+321)
+	blob := reg.push(t, "test/plain", data)
+	var nodes []*mirrorNode
+	for range 4 {
+		nodes = append(nodes, newMirrorNode(t, key, st, reg, nil))
+	}
+	start := make(chan struct{})
+	errs := make(chan error, len(nodes))
+	for i, m := range nodes {
+		go func() {
+			<-start
+			code, body, err := m.get(t, "test/plain", blob, "")
+			switch {
+			case err != nil:
+				errs <- fmt.Errorf("node %d: %v", i, err)
+			case code != http.StatusOK || !bytes.Equal(body, data):
+				errs <- fmt.Errorf("node %d: got %d with %d bytes (equal %v)", i, code, len(body), bytes.Equal(body, data))
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	close(start)
+	for range nodes {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	sent := reg.blobBytes.Load()
+	t.Logf("registry sent %d blob bytes for 4 concurrent pulls of %d (%.2fx)", sent, len(data), float64(sent)/float64(len(data)))
+	if sent > int64(len(data))*105/100 {
+		t.Errorf("registry sent %d blob bytes, %.2fx the blob; want at most 1.05x", sent, float64(sent)/float64(len(data)))
+	}
+	var peerBytes int64
+	for i, m := range nodes {
+		if _, ok := m.Plain().PieceTable(t.Context(), registry.Ref{}, blob, false); !ok {
+			t.Errorf("node %d does not keep the blob's checked table", i)
+		}
+		st := m.Stats()
+		peerBytes += st.PeerBytes + st.LivePeerBytes
+	}
+	if peerBytes < int64(len(data)) {
+		t.Errorf("nodes got %d bytes from each other, want at least the blob (%d)", peerBytes, len(data))
+	}
+}

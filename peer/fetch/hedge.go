@@ -53,7 +53,11 @@ type hedger struct {
 func (e *Engine) startHedge(ctx context.Context, primary context.CancelFunc, g *group, slow lpeer.ID, batch []rafs.Chunk) *hedger {
 	h := &hedger{e: e, g: g, slow: slow, ords: ordinalsOf(batch), primary: primary, delay: e.cfg.HedgeDelay}
 	h.ctx, h.stop = context.WithCancel(ctx)
+	// Under the lock: fire takes it first, so a timer that fires at once
+	// (a tiny delay on a loaded machine) finds h.timer set.
+	h.mu.Lock()
 	h.timer = time.AfterFunc(h.delay, h.fire)
+	h.mu.Unlock()
 	return h
 }
 

@@ -28,6 +28,7 @@ type Stats struct {
 	DuplicateBytes                        int64 // stored bytes that arrived second (hedged) and were dropped
 	HoldingsDropped                       int64 // held chunks found gone and dropped (told the Router)
 	StrayTurns                            int64 // origin turns given back for chunks that had come another way
+	LivePeerBytes                         int64 // stored bytes of plain pieces live pulls fetched from peers (then delivered from the cache)
 }
 
 // Metrics holds the counters of an engine and of the node around it
@@ -37,6 +38,7 @@ type Stats struct {
 type Metrics struct {
 	bytes, chunks     [3]atomic.Int64 // by source index
 	originRequests    atomic.Int64
+	livePeer          atomic.Int64
 	unscheduled       atomic.Int64
 	originFetched     atomic.Int64
 	failures          atomic.Int64
@@ -139,6 +141,15 @@ func (m *Metrics) Delivered(source string, n int) {
 	m.promChunks.WithLabelValues(source).Inc()
 }
 
+// PeerRead counts n stored bytes fetched from a peer outside the engine
+// (a live plain pull's pieces, package plain, which the engine then
+// delivers from the cache).
+func (m *Metrics) PeerRead(n int) { m.livePeer.Add(int64(n)) }
+
+// OriginRead counts a ranged GET to the origin that returned n bytes,
+// made outside the engine (a live plain pull's pieces, package plain).
+func (m *Metrics) OriginRead(n int) { m.originRequest(n) }
+
 func (m *Metrics) originRequest(n int) {
 	m.originRequests.Add(1)
 	m.originFetched.Add(int64(n))
@@ -191,6 +202,7 @@ func (m *Metrics) Stats() Stats {
 		CacheBytes: m.bytes[0].Load(), PeerBytes: m.bytes[1].Load(), OriginBytes: m.bytes[2].Load(),
 		CacheChunks: m.chunks[0].Load(), PeerChunks: m.chunks[1].Load(), OriginChunks: m.chunks[2].Load(),
 		OriginRequests:    m.originRequests.Load(),
+		LivePeerBytes:     m.livePeer.Load(),
 		OriginFetched:     m.originFetched.Load(),
 		UnscheduledOrigin: m.unscheduled.Load(),
 		Failures:          m.failures.Load(),

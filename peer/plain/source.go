@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
@@ -37,16 +38,24 @@ func Key(blob rafs.Digest) rafs.Digest {
 // Source serves plain blobs to the mirror from pieces: it implements
 // proxy.BlobSource over the node's fetch engine. Safe for concurrent use.
 type Source struct {
-	pieceSize int64
-	eng       *fetch.Engine
-	h         host.Host
-	cache     *cache.Cache
-	router    fetch.Router
-	hold      Holdings
-	m         *fetch.Metrics
-	log       *slog.Logger
-	tables    *tableSet
-	server    *exchange.TableServer
+	pieceSize     int64
+	eng           *fetch.Engine
+	h             host.Host
+	cache         *cache.Cache
+	router        fetch.Router
+	hold          Holdings
+	m             *fetch.Metrics
+	log           *slog.Logger
+	tables        *tableSet
+	server        *exchange.TableServer
+	origin        Origin // nil: no live pulls
+	deadline      time.Duration
+	maxRange      int64
+	parentTimeout time.Duration
+
+	liveMu   sync.Mutex
+	lives    map[rafs.Digest]*live
+	suspects map[rafs.Digest]*suspicion
 }
 
 // Holdings is the node's record of the chunks it holds, which pieces join
@@ -68,6 +77,13 @@ type Config struct {
 	// Dir keeps the checked piece tables across restarts (Dir/piece-tables);
 	// empty keeps none.
 	Dir string
+	// FetchDeadline bounds a live pull's wait for the digests of the
+	// pieces a read needs (the engine's fetch_deadline).
+	FetchDeadline time.Duration
+	// OriginMaxRange is the most bytes of one ranged GET for pieces.
+	OriginMaxRange int64
+	// ParentTimeout bounds one request for pieces to a parent.
+	ParentTimeout time.Duration
 }
 
 // Deps are a Source's dependencies, all required but Log.
@@ -79,6 +95,10 @@ type Deps struct {
 	Holdings Holdings
 	Metrics  *fetch.Metrics
 	Log      *slog.Logger
+	// Origin, when not nil, lets nodes pulling a blob at once share its
+	// pieces as they land (live pulls); without it a blob nobody has
+	// whole passes through from the origin.
+	Origin Origin
 }
 
 // New returns a Source, with the tables kept under cfg.Dir loaded, and
@@ -104,26 +124,53 @@ func New(cfg Config, d Deps) (*Source, error) {
 		ts.add(t, false)
 	}
 	s := &Source{pieceSize: cfg.PieceSize, eng: d.Engine, h: d.Host, cache: d.Cache, router: d.Router,
-		hold: d.Holdings, m: d.Metrics, log: log, tables: ts}
-	s.server = exchange.NewTableServer(d.Host, ts.lookup, log.With("part", "piecetable"))
+		hold: d.Holdings, m: d.Metrics, log: log, tables: ts, origin: d.Origin,
+		deadline: cfg.FetchDeadline, maxRange: max(cfg.OriginMaxRange, cfg.PieceSize),
+		lives: make(map[rafs.Digest]*live), suspects: make(map[rafs.Digest]*suspicion)}
+	if s.deadline <= 0 {
+		s.deadline = time.Minute
+	}
+	s.parentTimeout = cfg.ParentTimeout
+	if s.parentTimeout <= 0 {
+		s.parentTimeout = 30 * time.Second
+	}
+	s.server = exchange.NewTableServer(d.Host, s.lookup, log.With("part", "piecetable"))
 	return s, nil
 }
 
 // Close stops serving tables to peers.
 func (s *Source) Close() { s.server.Close() }
 
+// lookup is the table server's view: checked tables, else the partial
+// table of a live pull.
+func (s *Source) lookup(blob rafs.Digest) ([]byte, bool) {
+	if enc, ok := s.tables.lookup(blob); ok {
+		return enc, true
+	}
+	if lv := s.liveOf(blob); lv != nil {
+		return lv.partial().Encode(), true
+	}
+	return nil, false
+}
+
 // PieceTable implements proxy.BlobSource: the node's verified table of
-// blob, else (with askPeers) a table from a peer that holds its first
+// blob; else, with askPeers, a table from a peer that holds its first
 // piece, as the Router names them (or, without a Router, as the node
-// learnt them recently). A peer that answers with a broken table is
-// avoided. When the Router gives this node the turn to fetch the first
-// piece from origin, the turn is kept for the RecordBlob that follows.
+// learnt them recently), or the table of a live pull (live.go) when the
+// blob is being pulled by others (or this node) at this moment and nobody
+// has it whole. A peer that answers with a broken table is avoided. nil
+// means: pass the blob through from the origin, recording it; so it is
+// without a scheduler and nobody known to hold the blob, and for a blob
+// whose last live pull here failed its digest.
 func (s *Source) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Digest, askPeers bool) (*piece.Table, bool) {
 	if t := s.tables.get(blob); t != nil {
 		return t, true
 	}
-	if !askPeers || s.eng.Closed() {
+	if !askPeers || s.eng.Closed() || s.suspect(blob) {
 		return nil, false
+	}
+	if lv := s.liveOf(blob); lv != nil {
+		return lv.t, false
 	}
 	var cands []lpeer.AddrInfo
 	assigned := false
@@ -135,7 +182,16 @@ func (s *Source) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Dige
 			return id == s.h.ID() || s.eng.Avoided(id)
 		})
 	case len(rt.Origin) > 0:
+		if lv := s.startLive(ctx, up, blob, true, nil, ""); lv != nil {
+			return lv.t, false
+		}
 		s.tables.setTurn(blob)
+		return nil, false
+	case len(rt.Parents) == 0:
+		// Another node is fetching the first piece: pull beside it.
+		if lv := s.startLive(ctx, up, blob, false, nil, ""); lv != nil {
+			return lv.t, false
+		}
 		return nil, false
 	default:
 		assigned = true
@@ -167,6 +223,13 @@ func (s *Source) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Dige
 			}
 			continue
 		}
+		if !t.Complete() {
+			// The peer is pulling the blob itself: join in.
+			if lv := s.startLive(ctx, up, blob, false, t, p.ID); lv != nil {
+				return lv.t, false
+			}
+			continue
+		}
 		s.tables.setPending(blob, tableSource{t: t, peer: p.ID, assigned: assigned, at: time.Now()})
 		return t, false
 	}
@@ -179,6 +242,10 @@ func (s *Source) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Dige
 // and the holdings, so no peer is served them), and the peer it came
 // from is reported and avoided.
 func (s *Source) SettleTable(blob rafs.Digest, t *piece.Table, matched bool) {
+	if lv := s.liveFor(t); lv != nil {
+		s.settleLive(lv, matched)
+		return
+	}
 	src, fromPeer := s.tables.takePending(blob, t)
 	if matched {
 		s.tables.keep(t)
@@ -226,7 +293,15 @@ func (s *Source) forget(blob rafs.Digest, t *piece.Table) {
 // pieces the node cache does not hold are fetched (into the cache).
 func (s *Source) ReadPieces(ctx context.Context, up registry.Ref, t *piece.Table, first, last int,
 	deliver func(i int, c rafs.Chunk, b []byte) error) error {
-	cs := t.Chunks(first, last)
+	var cs []rafs.Chunk
+	if lv := s.liveFor(t); lv != nil {
+		if err := s.resolve(ctx, up, lv, first, last); err != nil {
+			return err
+		}
+		cs = lv.chunks(first, last)
+	} else {
+		cs = t.Chunks(first, last)
+	}
 	if deliver == nil {
 		missing := cs[:0]
 		for _, c := range cs {
@@ -317,5 +392,6 @@ func (r *recorder) Finish(complete bool) error {
 	s.tables.keep(t)
 	s.router.Announce(key, ords)
 	s.m.Delivered(fetch.SourceOrigin, int(t.Size))
+	s.convict(t)
 	return nil
 }

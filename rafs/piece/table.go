@@ -27,17 +27,20 @@ const (
 //	offset  size  field
 //	0       8     magic "DFLYPCTB"
 //	8       2     version, 1
-//	10      2     reserved, 0
+//	10      2     flags: 0, or 1 for a partial table
+
 //	12      4     piece size, MinSize..MaxSize
 //	16      8     blob size, 1..MaxPieces × piece size
 //	24      32    blob digest (sha256)
 //	56      4     n: piece count, exactly ceil(blob size / piece size)
-//	60      32·n  piece digests (sha256 of each piece's bytes), in order
+//	60      32·n  piece digests (sha256 of each piece's bytes), in order;
+//	              in a partial table, all zero for a piece not known yet
 //	60+32n  4     CRC32-C of every byte before it
 const (
 	magic      = "DFLYPCTB"
 	version    = 1
 	headerSize = 60
+	flagPartial = 1
 	// MaxEncodedSize is the largest valid encoding.
 	MaxEncodedSize = headerSize + 32*MaxPieces + 4
 )
@@ -58,6 +61,25 @@ type Table struct {
 
 // Count returns the number of pieces.
 func (t *Table) Count() int { return len(t.Digests) }
+
+// A partial table is one whose holder knows some pieces' digests only: a
+// blob being pulled, whose pieces are announced as they land from the
+// origin, before anyone has the whole blob to check (package
+// peer/plain). An unknown digest is the zero Digest; no sha256 of real
+// bytes is zero.
+
+// Known reports whether piece i's digest is known.
+func (t *Table) Known(i int) bool { return t.Digests[i] != (rafs.Digest{}) }
+
+// Complete reports whether every piece's digest is known.
+func (t *Table) Complete() bool {
+	for i := range t.Digests {
+		if !t.Known(i) {
+			return false
+		}
+	}
+	return true
+}
 
 // Chunk returns piece i as a raw chunk of the blob: ordinal i, at offset
 // i × PieceSize. i must be below Count.
@@ -103,12 +125,17 @@ func (t *Table) Check() error {
 	return nil
 }
 
-// Encode lays t out as above; t must pass Check.
+// Encode lays t out as above, flagged partial unless Complete; t must
+// pass Check.
 func (t *Table) Encode() []byte {
 	b := make([]byte, 0, headerSize+32*len(t.Digests)+4)
 	b = append(b, magic...)
 	b = binary.LittleEndian.AppendUint16(b, version)
-	b = binary.LittleEndian.AppendUint16(b, 0)
+	var flags uint16
+	if !t.Complete() {
+		flags = flagPartial
+	}
+	b = binary.LittleEndian.AppendUint16(b, flags)
 	b = binary.LittleEndian.AppendUint32(b, uint32(t.PieceSize))
 	b = binary.LittleEndian.AppendUint64(b, uint64(t.Size))
 	b = append(b, t.Blob[:]...)
@@ -119,9 +146,9 @@ func (t *Table) Encode() []byte {
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
 }
 
-// Decode parses an encoded table, checking magic, version, limits, the
-// length against the piece count (before allocating) and the CRC. It
-// never panics.
+// Decode parses an encoded table, checking magic, version, flags, limits,
+// the length against the piece count (before allocating) and the CRC; a
+// table not flagged partial must know every digest. It never panics.
 func Decode(b []byte) (*Table, error) {
 	if len(b) < headerSize+4 || len(b) > MaxEncodedSize {
 		return nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
@@ -132,8 +159,9 @@ func Decode(b []byte) (*Table, error) {
 	if v := binary.LittleEndian.Uint16(b[8:]); v != version {
 		return nil, fmt.Errorf("%w: version %d, want %d", ErrCorrupt, v, version)
 	}
-	if r := binary.LittleEndian.Uint16(b[10:]); r != 0 {
-		return nil, fmt.Errorf("%w: reserved field %d", ErrCorrupt, r)
+	flags := binary.LittleEndian.Uint16(b[10:])
+	if flags&^flagPartial != 0 {
+		return nil, fmt.Errorf("%w: flags %#x", ErrCorrupt, flags)
 	}
 	n := binary.LittleEndian.Uint32(b[56:])
 	if n > MaxPieces || len(b) != headerSize+32*int(n)+4 {
@@ -158,6 +186,9 @@ func Decode(b []byte) (*Table, error) {
 	}
 	if err := t.Check(); err != nil {
 		return nil, err
+	}
+	if flags&flagPartial == 0 && !t.Complete() {
+		return nil, fmt.Errorf("%w: a piece without a digest in a table not flagged partial", ErrCorrupt)
 	}
 	return t, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"damselfly/rafs"
@@ -166,7 +167,8 @@ func TestDecodeRefusesBrokenTables(t *testing.T) {
 		"short":          good[:headerSize],
 		"bad magic":      mut(0, 'X'),
 		"version":        mut(8, 2),
-		"reserved":       mut(10, 1),
+		"flags":          mut(10, 2),
+		"not partial":    recrc(append(append(bytes.Clone(good[:headerSize]), make([]byte, 32)...), good[headerSize+32:]...)),
 		"piece too big":  mut(15, 0x10),
 		"size too small": recrc(append(append(bytes.Clone(good[:16]), make([]byte, 8)...), good[24:]...)),
 		"count":          mut(56, 4),
@@ -176,5 +178,28 @@ func TestDecodeRefusesBrokenTables(t *testing.T) {
 		if _, err := Decode(b); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: got %v, want ErrCorrupt", name, err)
 		}
+	}
+}
+
+// TestPartialTable: a table with unknown digests is flagged partial and
+// round-trips; a complete one is not flagged.
+func TestPartialTable(t *testing.T) {
+	t.Parallel()
+	tb, _ := build(t, blobOf(3*MinSize+1, 11), MinSize, MinSize)
+	if !tb.Complete() || tb.Encode()[10] != 0 {
+		t.Fatal("a complete table is flagged partial")
+	}
+	part := &Table{Blob: tb.Blob, Size: tb.Size, PieceSize: tb.PieceSize, Digests: slices.Clone(tb.Digests)}
+	part.Digests[1] = rafs.Digest{}
+	enc := part.Encode()
+	if enc[10] != flagPartial || part.Complete() || part.Known(1) || !part.Known(2) {
+		t.Fatalf("partial table: flags %d, complete %v, known(1) %v", enc[10], part.Complete(), part.Known(1))
+	}
+	got, err := Decode(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Digests, part.Digests) {
+		t.Fatal("partial table changed in a round trip")
 	}
 }

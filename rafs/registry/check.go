@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"damselfly/rafs"
 	"fmt"
 	"net/http"
 	"time"
@@ -51,7 +52,7 @@ func (c *Client) Check(ctx context.Context, ref Ref, kind, object string) (int, 
 				break
 			}
 		}
-		code, challenge, err := c.checkOnce(ctx, ref, kind, u)
+		code, challenge, _, err := c.checkOnce(ctx, ref, kind, u)
 		if err == nil {
 			return code, challenge, nil
 		}
@@ -66,7 +67,45 @@ func (c *Client) Check(ctx context.Context, ref Ref, kind, object string) (int, 
 // maxKeptChallenge bounds a challenge kept from a check.
 const maxKeptChallenge = 1 << 10
 
-func (c *Client) checkOnce(ctx context.Context, ref Ref, kind, u string) (int, string, error) {
+// BlobSize returns the size of blob in ref.Repo as the registry of ref
+// states it (Content-Length of a HEAD, with ref's credentials), for a
+// reader that cuts the blob into pieces before any byte of it arrives.
+// Only 200 with a length is an answer; transient failures are retried as
+// Check retries them.
+func (c *Client) BlobSize(ctx context.Context, ref Ref, blob rafs.Digest) (int64, error) {
+	if !ValidRepo(ref.Repo) {
+		return 0, fmt.Errorf("blob size: bad repository name %q", ref.Repo)
+	}
+	base, err := c.registryOf(ref)
+	if err != nil {
+		return 0, err
+	}
+	u := base + "/v2/" + ref.Repo + "/blobs/" + blob.String()
+	var lastErr error
+	for attempt := 0; attempt < checkAttempts; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, backoff(attempt, retryAfter(lastErr))); err != nil {
+				break
+			}
+		}
+		code, _, size, err := c.checkOnce(ctx, ref, "blobs", u)
+		switch {
+		case err == nil && code == http.StatusOK && size >= 0:
+			return size, nil
+		case err == nil && code == http.StatusOK:
+			return 0, fmt.Errorf("blob size %s: the registry sent no length", u)
+		case err == nil:
+			return 0, fmt.Errorf("blob size %s: %w", u, &StatusError{Code: code, Msg: http.StatusText(code)})
+		}
+		lastErr = err
+		if !IsTransient(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	return 0, fmt.Errorf("blob size %s: %w", u, lastErr)
+}
+
+func (c *Client) checkOnce(ctx context.Context, ref Ref, kind, u string) (int, string, int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	resp, err := c.send(ctx, ref, func() (*http.Request, error) {
@@ -80,18 +119,18 @@ func (c *Client) checkOnce(ctx context.Context, ref Ref, kind, u string) (int, s
 		return req, nil
 	}, true)
 	if err != nil {
-		return 0, "", err
+		return 0, "", 0, err
 	}
 	defer drain(resp)
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-		return 0, "", &StatusError{Code: resp.StatusCode, Msg: http.StatusText(resp.StatusCode),
+		return 0, "", 0, &StatusError{Code: resp.StatusCode, Msg: http.StatusText(resp.StatusCode),
 			RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 	}
 	challenge := ""
 	if ch := resp.Header.Get("WWW-Authenticate"); resp.StatusCode == http.StatusUnauthorized && len(ch) <= maxKeptChallenge {
 		challenge = ch
 	}
-	return resp.StatusCode, challenge, nil
+	return resp.StatusCode, challenge, resp.ContentLength, nil
 }
 
 // Ping does the registry's API version check (GET /v2/) of ref's
