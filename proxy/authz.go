@@ -143,6 +143,12 @@ func (g *gate) authorize(ctx context.Context, ref registry.Ref, kind, object, gr
 	return decision{code: http.StatusForbidden, how: "unreachable", err: err}
 }
 
+// allow remembers that the registry gave object to ref's credentials: it
+// answered 200 to their request, passed through, as it would a check.
+func (g *gate) allow(ref registry.Ref, kind, object string) {
+	g.verdicts.Add(verdictKey(ref, kind, object), verdict{code: http.StatusOK, at: g.now()})
+}
+
 // life is how long v is used without asking again.
 func (g *gate) life(v verdict) time.Duration {
 	if v.code == http.StatusOK {

@@ -19,6 +19,7 @@ const (
 	DefaultWriteStallTimeout = time.Minute
 	DefaultAuthTTL           = time.Minute
 	DefaultAuthStale         = 24 * time.Hour
+	DefaultManifestStale     = 24 * time.Hour
 )
 
 // Config configures a Server. Start from Default: a zero field means
@@ -64,6 +65,13 @@ type Config struct {
 	// allowed while the registry cannot be reached. Clients it never
 	// allowed are refused during an outage.
 	AuthStale time.Duration `mapstructure:"auth_stale" config:"advanced"`
+	// ManifestStale bounds how old a tag's last resolution at the origin
+	// may be for the mirror to answer the tag from the node's manifest
+	// store while the origin cannot be reached (such answers carry
+	// HeaderStale). While the origin answers, tags are always resolved
+	// there; manifests by digest are served from the store through any
+	// outage (they are verified, not stale).
+	ManifestStale time.Duration `mapstructure:"manifest_stale"`
 	// GrantKeyFile holds the key of the grants that let an allowed mount
 	// daemon read through an outage for its whole life (authz.go): 32
 	// random bytes, created 0600 on first start. Empty: a new key per
@@ -84,6 +92,7 @@ func Default() Config {
 		ShutdownTimeout:   DefaultShutdownTimeout,
 		AuthTTL:           DefaultAuthTTL,
 		AuthStale:         DefaultAuthStale,
+		ManifestStale:     DefaultManifestStale,
 	}
 }
 
@@ -104,6 +113,7 @@ func (c Config) Validate() error {
 		{"read_header_timeout", c.ReadHeaderTimeout}, {"read_timeout", c.ReadTimeout},
 		{"idle_timeout", c.IdleTimeout}, {"shutdown_timeout", c.ShutdownTimeout},
 		{"write_stall_timeout", c.WriteStallTimeout}, {"auth_ttl", c.AuthTTL}, {"auth_stale", c.AuthStale},
+		{"manifest_stale", c.ManifestStale},
 	} {
 		if f.d <= 0 {
 			errs = append(errs, fmt.Errorf("%s: %v is not positive", f.name, f.d))

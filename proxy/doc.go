@@ -12,7 +12,10 @@
 //     mirror_blob.go: plain blobs in pieces checked against a piece table
 //     and in full against the blob digest); the origin
 //     comes from containerd's ?ns= parameter, the X-Damselfly-Registry (or
-//     X-Dragonfly-Registry) header, or the configured default.
+//     X-Dragonfly-Registry) header, or the configured default. While
+//     the origin cannot be reached, manifests it served before are
+//     answered from the node's manifest store (WithManifests) to the
+//     clients it allowed.
 //   - The batch chunk endpoint (POST /api/v1/chunks): a mount daemon asks
 //     for many chunks of one RAFS blob at once and reads them back as a
 //     stream of frames, each sent as soon as the ChunkSource (the peer's
@@ -25,7 +28,9 @@
 //   - /healthz and /metrics (Prometheus).
 //
 // Files: config.go (Config), server.go (listeners and lifetime), mirror.go
-// (/v2/), plain.go and mirror_blob.go (plain blobs from peers), batch.go
+// (/v2/), plain.go and mirror_blob.go (plain blobs from peers),
+// manifests.go and outage.go (manifests and blob HEADs through an origin
+// outage, from the store in rafs/manifests), batch.go
 // (the batch handler), grants.go (the grants handler), authz.go (who may
 // read what), metrics.go.
 package proxy

@@ -203,6 +203,7 @@ type envOptions struct {
 	upCfg  func(*registry.Config)
 	cfg    func(*proxy.Config)
 	source func(*registry.Client) proxy.ChunkSource
+	opts   []proxy.Option
 }
 
 // newEnv starts a registry and a proxy in front of it (the registry is
@@ -231,7 +232,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.source != nil {
 		src = o.source(up)
 	}
-	e.srv, err = proxy.New(cfg, src, up, e.prom, nil)
+	e.srv, err = proxy.New(cfg, src, up, e.prom, nil, o.opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ type metrics struct {
 	upstreamBytes prometheus.Counter     // pass-through body bytes
 	peerBlobBytes prometheus.Counter     // plain blob bytes served from pieces
 	authz         *prometheus.CounterVec // decision
+	storedServed  *prometheus.CounterVec // by: digest or tag
 	collectors    []prometheus.Collector
 }
 
@@ -48,7 +49,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Namespace: "damselfly", Subsystem: "proxy", Name: "authorizations_total",
 		Help: "Requests for blob bytes from the node or its peers, by decision: allowed (fresh, stale, grant) or refused (origin, unreachable).",
 	}, []string{"decision"})
-	m.collectors = []prometheus.Collector{m.requests, m.bytes, m.batchChunks, m.upstreamBytes, m.peerBlobBytes, m.authz}
+	m.storedServed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "damselfly", Subsystem: "proxy", Name: "manifests_from_store_total",
+		Help: "Manifests served from the node's manifest store while the origin registry could not be reached, by what the client asked for: digest or tag (a stale resolution).",
+	}, []string{"by"})
+	m.collectors = []prometheus.Collector{m.requests, m.bytes, m.batchChunks, m.upstreamBytes, m.peerBlobBytes, m.authz, m.storedServed}
 	for _, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register proxy metrics: %w", err)

@@ -137,6 +137,16 @@ func (s *Server) serveV2(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if rt.kind == "manifests" && s.manifests != nil {
+		p.Served = s.serveManifest(w, r, ref, rt.ref, path)
+		return
+	}
+	if bs := s.blobs; bs != nil && rt.kind == "blobs" && r.Method == http.MethodHead {
+		if blob, err := rafs.ParseDigest(rt.ref); err == nil {
+			p.Served = s.headBlob(w, r, bs, ref, path, blob)
+			return
+		}
+	}
 	p.Served = s.passThrough(w, r, ref, path, nil)
 }
 

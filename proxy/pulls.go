@@ -12,8 +12,14 @@ const (
 	// ServedOrigin: passed through to the origin registry, which answered.
 	ServedOrigin = "origin"
 	// ServedNode: a blob from pieces through a table this node checked
-	// (pieces from its cache, or from peers where it no longer holds them).
+	// (pieces from its cache, or from peers where it no longer holds them),
+	// or, the origin being unreachable, a manifest by digest from the
+	// node's manifest store.
 	ServedNode = "node"
+	// ServedNodeStale: the origin being unreachable, a manifest by tag
+	// from the node's manifest store, through the tag's last resolution
+	// (within Config.ManifestStale; the response carries HeaderStale).
+	ServedNodeStale = "node-stale"
 	// ServedPeers: a blob from pieces through a table from a peer.
 	ServedPeers = "peers"
 	// ServedUnreachable: passed through, but the origin did not answer

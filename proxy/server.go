@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"damselfly/rafs/chunkapi"
+	"damselfly/rafs/manifests"
 	"damselfly/rafs/registry"
 )
 
@@ -25,6 +26,11 @@ type Option func(*Server)
 // WithBlobs has the mirror serve plain blob GETs from bs (the node cache
 // and peers) when it can; without it they pass through from the origin.
 func WithBlobs(bs BlobSource) Option { return func(s *Server) { s.blobs = bs } }
+
+// WithManifests has the mirror keep the manifests the origin serves in
+// st and answer from it while the origin cannot be reached (manifests.go).
+// Without it manifests only pass through.
+func WithManifests(st *manifests.Store) Option { return func(s *Server) { s.manifests = st } }
 
 // WithStatus serves GET /status as the JSON of what status returns (the
 // peer daemon's state, for "damselfly peer status").
@@ -43,6 +49,8 @@ type Server struct {
 	m      *metrics
 	srv    *http.Server
 	gate   *gate
+
+	manifests *manifests.Store // kept for outages; nil: none kept
 
 	mu  sync.Mutex
 	lns []net.Listener

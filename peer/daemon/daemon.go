@@ -21,6 +21,7 @@ import (
 	"damselfly/peer/preheat"
 	"damselfly/proxy"
 	"damselfly/rafs/cache"
+	"damselfly/rafs/manifests"
 	"damselfly/rafs/registry"
 	"damselfly/scheduler"
 	"damselfly/scheduler/client"
@@ -149,8 +150,12 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	if pcfg.GrantKeyFile == "" {
 		pcfg.GrantKeyFile = filepath.Join(cfg.Dir, "grant.key")
 	}
+	mstore, err := manifests.Open(filepath.Join(cfg.Dir, "manifests"), manifests.Options{Log: log.With("part", "manifests")})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
 	if d.proxy, err = proxy.New(pcfg, d.node, d.up, d.reg, log.With("part", "proxy"),
-		proxy.WithBlobs(d.node.Plain()), proxy.WithStatus(func() any { return d.Status() })); err != nil {
+		proxy.WithBlobs(d.node.Plain()), proxy.WithManifests(mstore), proxy.WithStatus(func() any { return d.Status() })); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	if err = d.proxy.Listen(); err != nil {
