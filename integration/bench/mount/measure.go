@@ -1,14 +1,13 @@
 package main
 
 import (
-	"damselfly/integration/bench"
-
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"damselfly/integration/bench"
 	"damselfly/integration/bench/shaper"
 )
 

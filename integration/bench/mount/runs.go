@@ -1,8 +1,6 @@
 package main
 
 import (
-	"damselfly/integration/bench"
-
 	"bytes"
 	"context"
 	"errors"
@@ -11,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"damselfly/integration/bench"
 	"damselfly/integration/bench/shaper"
 )
 
