@@ -51,6 +51,11 @@ type row struct {
 	NodeMax   float64 `json:"node_max_cpu"`
 	Scheduler float64 `json:"scheduler_cpu"`
 	Registry  float64 `json:"registry_cpu"`
+	// Cores is the cores every process of a run kept busy together: all
+	// their CPU-seconds over the run's wall time (ready plus the slowest
+	// node), median over runs. Near the machine's core count, a row
+	// measures the machine rather than the links.
+	Cores float64 `json:"cores"`
 	// MedianRun is the run whose slowest node is the median, for the
 	// per-node table.
 	MedianRun *runResult `json:"-"`
@@ -78,7 +83,7 @@ func summarize(runs []*runResult, bi *benchImage, rate int64) []row {
 		w := row{Nodes: k.nodes, Mode: k.mode, Workload: k.workload, Runs: len(rs), NeedBytes: need,
 			Floor: floorSeconds(need, rate), Bound: boundSeconds(k.mode, k.nodes, need, rate),
 			ImageBytes: need + bi.Convert.BootstrapLayer}
-		var p50, p99, mx, ready, origin, mount, peer, reader, nodeMax, sched, reg []float64
+		var p50, p99, mx, ready, origin, mount, peer, reader, nodeMax, sched, reg, cores []float64
 		for _, r := range rs {
 			p50 = append(p50, quantile(r.Seconds, 0.5))
 			p99 = append(p99, quantile(r.Seconds, 0.99))
@@ -93,10 +98,11 @@ func summarize(runs []*runResult, bi *benchImage, rate int64) []row {
 			n := float64(max(len(r.CPU), 1))
 			mount, peer, reader, nodeMax = append(mount, m/n), append(peer, p/n), append(reader, rd/n), append(nodeMax, top)
 			sched, reg = append(sched, r.Scheduler), append(reg, r.Registry)
+			cores = append(cores, runCores(r))
 		}
 		w.P50, w.P99, w.Max, w.Ready, w.OriginBytes = median(p50), median(p99), median(mx), median(ready), median(origin)
 		w.Mount, w.Peer, w.Reader, w.NodeMax = median(mount), median(peer), median(reader), median(nodeMax)
-		w.Scheduler, w.Registry = median(sched), median(reg)
+		w.Scheduler, w.Registry, w.Cores = median(sched), median(reg), median(cores)
 		byMax := slices.Clone(rs)
 		slices.SortFunc(byMax, func(a, b *runResult) int {
 			return cmpFloat(quantile(a.Seconds, 1), quantile(b.Seconds, 1))
@@ -105,6 +111,20 @@ func summarize(runs []*runResult, bi *benchImage, rate int64) []row {
 		rows = append(rows, w)
 	}
 	return rows
+}
+
+// runCores is r's CPU-seconds over all its processes per second of its
+// wall time, from the registry's start to the slowest node's end.
+func runCores(r *runResult) float64 {
+	total := r.Scheduler + r.Registry
+	for _, c := range r.CPU {
+		total += c.Mount + c.Peer + c.Reader
+	}
+	wall := r.Ready + quantile(r.Seconds, 1)
+	if !(wall > 0) {
+		return 0
+	}
+	return total / wall
 }
 
 func cmpFloat(a, b float64) int {
@@ -138,13 +158,15 @@ func (rep *report) markdown() string {
 		"per node (nodes x floor). Completion: from the readers' common start to each node's reader exit; p50/p99/max over the " +
 		"nodes of a run, medians over runs. Origin bytes: what the origin's interface sent from its start to the end of the reads " +
 		"(frames, headers included); copies = that over a node's bootstrap layer plus chunks. CPU: user+sys seconds from /proc/PID/stat " +
-		"at the end of the reads (the reader's from wait4, children included), per node the mean over the nodes.\n\n")
-	b.WriteString("| nodes | mode | workload | runs | need/node | floor | bound | p50 | p99 | max | p99/bound | ready | origin sent (copies) | CPU/node mount | peer | reader | busiest node | scheduler | registry |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"at the end of the reads (the reader's from wait4, children included), per node the mean over the nodes; cores is every process's " +
+		"CPU-seconds together over the run's wall time (deployment plus reads): near the machine's cores, the row measures the machine, " +
+		"not the links.\n\n")
+	b.WriteString("| nodes | mode | workload | runs | need/node | floor | bound | p50 | p99 | max | p99/bound | ready | origin sent (copies) | CPU/node mount | peer | reader | busiest node | scheduler | registry | cores |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, w := range rep.Rows {
-		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2fx | %.2f s | %s (%.2f) | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2fx | %.2f s | %s (%.2f) | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |\n",
 			w.Nodes, w.Mode, w.Workload, w.Runs, mib(w.NeedBytes), w.Floor, w.Bound, w.P50, w.P99, w.Max, w.P99/w.Bound, w.Ready,
-			mib(int64(w.OriginBytes)), w.OriginBytes/float64(max(w.ImageBytes, 1)), w.Mount, w.Peer, w.Reader, w.NodeMax, w.Scheduler, w.Registry)
+			mib(int64(w.OriginBytes)), w.OriginBytes/float64(max(w.ImageBytes, 1)), w.Mount, w.Peer, w.Reader, w.NodeMax, w.Scheduler, w.Registry, w.Cores)
 	}
 	b.WriteString("\nPer node, the run with the median slowest node of each row (completion s; CPU-seconds mount / peer / reader; MiB received):\n\n")
 	b.WriteString("| nodes | mode | workload | run | load before | per node |\n|---|---|---|---|---|---|\n")
