@@ -12,7 +12,7 @@
 // (the same peers without one, the in-process harness's baseline) run
 // side by side in each round.
 //
-// It beside the in-process harness (integration/bench/distribution),
+// It runs beside the in-process harness (integration/bench/distribution),
 // which stays for schedule studies. It writes OUT/deployed.json and
 // OUT/deployed.md, which `make bench-results` quotes in RESULTS.md. It
 // needs root, /dev/fuse, fuse3, docker-registry, iproute2 and nsenter
