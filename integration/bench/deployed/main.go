@@ -192,16 +192,28 @@ func run(ctx context.Context, o options, args string) (err error) {
 	}
 	rep := &report{Date: time.Now().UTC().Format(time.RFC3339), RateBps: o.rate, Image: bi,
 		Command: "go run ./integration/bench/deployed " + args, Env: b.describe(ctx)}
-	for _, n := range o.nodes {
+	// The report is written after each node count, so that a long run
+	// cut short keeps what it measured (its notes say what is missing).
+	for i, n := range o.nodes {
 		runs, err := b.measure(ctx, n, bi)
 		rep.Runs = append(rep.Runs, runs...)
+		rep.Rows = summarize(rep.Runs, bi, o.rate)
+		rep.Notes = nil
+		if err != nil || i < len(o.nodes)-1 {
+			rep.Notes = []string{fmt.Sprintf("Incomplete: node counts %v not measured", o.nodes[i+1:])}
+			if err != nil {
+				rep.Notes[0] = fmt.Sprintf("Incomplete: %d nodes failed (%s); node counts %v not measured", n,
+					harness.Esc(strings.SplitN(err.Error(), "\n", 2)[0]), o.nodes[i+1:])
+			}
+		}
+		if len(rep.Runs) > 0 {
+			if werr := harness.WriteReport(b.o.out, "deployed", rep, rep.markdown()); werr != nil {
+				return errors.Join(err, werr)
+			}
+		}
 		if err != nil {
 			return err
 		}
-	}
-	rep.Rows = summarize(rep.Runs, bi, o.rate)
-	if err := harness.WriteReport(b.o.out, "deployed", rep, rep.markdown()); err != nil {
-		return err
 	}
 	fmt.Print(rep.markdown())
 	b.logf("wrote %s and %s", filepath.Join(b.o.out, "deployed.md"), filepath.Join(b.o.out, "deployed.json"))
