@@ -74,6 +74,9 @@ func (b *rig) prepareImage(ctx context.Context, regDir string) (*benchImage, err
 		return nil, fmt.Errorf("image profile %q: want %s or %s", b.o.profile, profileDebian, profileSample)
 	}
 	bi.Source = "oci:" + layout + ":" + tag
+	if rel, err := filepath.Rel(b.root, layout); err == nil && !strings.HasPrefix(rel, "..") {
+		bi.Source = "oci:" + rel + ":" + tag // the report's, readable on another checkout
+	}
 	bi.Repo = "bench/" + bi.Name
 
 	reg, err := harness.StartRegistry(ctx, harness.RegistryConfig{Dir: regDir, LogDir: b.logs, OwnGroup: true})
@@ -87,7 +90,7 @@ func (b *rig) prepareImage(ctx context.Context, regDir string) (*benchImage, err
 	}()
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, stepTimeout)
-	bi.Convert, err = harness.Convert(cctx, b.bin, bi.Source, "docker://"+reg.Host()+"/"+bi.Repo+":rafs")
+	bi.Convert, err = harness.Convert(cctx, b.bin, "oci:"+layout+":"+tag, "docker://"+reg.Host()+"/"+bi.Repo+":rafs")
 	cancel()
 	if err != nil {
 		return nil, err

@@ -191,7 +191,7 @@ func run(ctx context.Context, o options, args string) (err error) {
 		}
 	}
 	rep := &report{Date: time.Now().UTC().Format(time.RFC3339), RateBps: o.rate, Image: bi,
-		Command: "go run ./integration/bench/deployed " + args, Env: b.describe(ctx)}
+		Command: strings.TrimSpace("go run ./integration/bench/deployed " + args), Env: b.describe(ctx)}
 	// The report is written after each node count, so that a long run
 	// cut short keeps what it measured (its notes say what is missing).
 	for i, n := range o.nodes {
