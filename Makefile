@@ -3,12 +3,14 @@
 # missing, then runs every test, FUSE and multi-process ones included, with
 # skips turned into failures.
 #
-# `make bench` runs every benchmark harness (convert, mount, distribution;
-# about 45 minutes, as root for the mount harness), each writing its rows
-# to integration/bench/out/{convert,mount,distribution}.{json,md}, then
-# regenerates integration/bench/RESULTS.md from them. The harnesses can
-# also run alone: make bench-convert, bench-mount, bench-distribution,
-# and make bench-results rewrites RESULTS.md from whatever is in out/.
+# `make bench` runs every benchmark harness (convert, mount, distribution,
+# deployed; about 90 minutes, as root for the mount and deployed
+# harnesses), each writing its rows to
+# integration/bench/out/{convert,mount,distribution,deployed}.{json,md},
+# then regenerates integration/bench/RESULTS.md from them. The harnesses
+# can also run alone: make bench-convert, bench-mount, bench-distribution,
+# bench-deployed, and make bench-results rewrites RESULTS.md from whatever
+# is in out/.
 
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
@@ -108,8 +110,21 @@ bench-distribution:
 bench-results:
 	$(BENCH_DIST) -results integration/bench/RESULTS.md
 
-bench: bench-convert bench-mount bench-distribution
+bench: bench-convert bench-mount bench-distribution bench-deployed
 	$(MAKE) bench-results
+
+# The distribution benchmark deployed as users deploy (issue 24; about 45
+# minutes, as root): docker-registry, damselfly scheduler, and per node
+# damselfly peer and damselfly mount as separate processes, each node in
+# its own network namespace with its link capped by tc at 200 Mbit/s; 1, 4
+# and 8 nodes read the Debian Python/NumPy/SciPy image (every file, and
+# the Python import) through their FUSE mounts, P2P and registry-only in
+# the same run. Writes integration/bench/out/deployed.{json,md}.
+# Flags, e.g. BENCH_DEPLOYED_FLAGS="-image sample -nodes 1,4 -runs 1":
+# go run ./integration/bench/deployed -h
+.PHONY: bench-deployed
+BENCH_DEPLOYED_FLAGS ?=
+bench-deployed: ; $(GO) run ./integration/bench/deployed $(BENCH_DEPLOYED_FLAGS)
 
 # Load soak (issue 7; 10 minutes plus setup, as root): a docker-registry,
 # a scheduler, 3 peer daemons with node caches a quarter of the working

@@ -12,6 +12,10 @@
 // mount (`make bench-mount`) measures the mount daemon against a pull and
 // unpack through a shaped link, and distribution (`make
 // bench-distribution`) N peer daemons pulling one image at once, with and
-// without P2P. `make bench` runs them all and rewrites RESULTS.md from
-// their JSON.
+// without P2P, in one process; deployed (`make bench-deployed`) the same
+// question with separate scheduler, peer and mount daemon processes, each
+// node in its own network namespace behind a tc-capped link, reading
+// through FUSE. The startup sets the mount and deployed harnesses read
+// are here (startup.go). `make bench` runs them all and rewrites
+// RESULTS.md from their JSON.
 package bench

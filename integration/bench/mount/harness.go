@@ -201,15 +201,15 @@ func (h *rig) prepare(ctx context.Context, bi *benchImage, sampleScale float64) 
 		if _, err := exec.LookPath("strace"); err != nil {
 			return errors.New("strace is required to find the files python3 opens (apt-get install strace)")
 		}
-		if err := runPython(ctx, bi.native); err != nil {
+		if err := bench.RunPython(ctx, bi.native); err != nil {
 			return err
 		}
-		if bi.Startup, err = pythonStartupSet(ctx, bi.native, img); err != nil {
+		if bi.Startup, err = bench.PythonStartupSet(ctx, bi.native, img); err != nil {
 			return err
 		}
-		bi.StartupFrom = fmt.Sprintf("the regular files `python3 -c %q` opens (strace, chrooted in the unpacked image)", pythonImport)
+		bi.StartupFrom = fmt.Sprintf("the regular files `python3 -c %q` opens (strace, chrooted in the unpacked image)", bench.PythonImport)
 	case "sample":
-		bi.Startup = sampleStartupSet(sampleScale)
+		bi.Startup = bench.SampleStartupSet(sampleScale)
 		bi.StartupFrom = "sample.StartupSet: entry points and configuration, about 5% of the files"
 	}
 	size := map[string]int64{}

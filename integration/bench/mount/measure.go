@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"damselfly/integration/bench"
 	"damselfly/integration/bench/shaper"
 )
 
@@ -187,14 +188,14 @@ func (h *rig) mountSide(ctx context.Context, px *shaper.Proxy, p profile, bi *be
 	}
 	if rows["python"] && bi.Kind == "debian" {
 		cacheDir := h.cacheDir()
-		s, err := h.mountRun(ctx, px, bi, h.o.cold[0], cacheDir, func(d *daemon) error { return runPython(ctx, d.mp) })
+		s, err := h.mountRun(ctx, px, bi, h.o.cold[0], cacheDir, func(d *daemon) error { return bench.RunPython(ctx, d.mp) })
 		os.RemoveAll(cacheDir)
 		if err != nil {
 			return fmt.Errorf("python on the mount: %w", err)
 		}
 		res.add(p, bi, "python", s)
 		res.add(p, bi, "ready", sample{Seconds: s.Ready})
-		h.logf("%s %s run %d: python3 -c %q on the mount: %.2fs (ready %.2fs, fetched %s)", p.Name, bi.Name, r+1, pythonImport, s.Seconds, s.Ready, mib(s.Fetched))
+		h.logf("%s %s run %d: python3 -c %q on the mount: %.2fs (ready %.2fs, fetched %s)", p.Name, bi.Name, r+1, bench.PythonImport, s.Seconds, s.Ready, mib(s.Fetched))
 	}
 	if rows["warm"] {
 		return h.warmAndNative(ctx, px, p, bi, r, warmCache, res)

@@ -90,12 +90,12 @@ func (h *rig) imageRows(res results, p profile, bi *benchImage) []bench.Row {
 	if ss := res.get(p, bi, "python"); len(ss) > 0 {
 		d := med(ss, func(s sample) float64 { return s.Seconds })
 		bp := med(base, func(s sample) float64 { return s.Seconds + s.Python })
-		rows = append(rows, bench.Row{What: name + fmt.Sprintf(": `python3 -c %q` chrooted in the mount, from daemon start", pythonImport), Unit: "s",
+		rows = append(rows, bench.Row{What: name + fmt.Sprintf(": `python3 -c %q` chrooted in the mount, from daemon start", bench.PythonImport), Unit: "s",
 			Damselfly: d, Baseline: bp, Ratio: d / bp, Runs: len(ss), Target: "report (startup target is ≤ 0.15x)",
 			DamselflyText: fmt.Sprintf("%.2f s (ready %.2f s; fetched %s)", d, med(ss, func(s sample) float64 { return s.Ready }),
 				mib(int64(med(ss, func(s sample) float64 { return float64(s.Fetched) })))),
 			BaselineText: fmt.Sprintf("%.2f s (pull + unpack, then python3 %.2f s)", bp, med(base, func(s sample) float64 { return s.Python })),
-			Command:      h.repro(p, bi, "python", "") + " ; chroot MNT /usr/bin/python3 -c '" + pythonImport + "'"})
+			Command:      h.repro(p, bi, "python", "") + " ; chroot MNT /usr/bin/python3 -c '" + bench.PythonImport + "'"})
 	}
 	for ci, cfg := range h.o.cold {
 		ss := res.get(p, bi, "cold/"+cfg.Name)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"damselfly/integration/bench"
 	"damselfly/integration/bench/shaper"
 )
 
@@ -106,7 +107,7 @@ func (h *rig) baselineRun(ctx context.Context, px *shaper.Proxy, bi *benchImage,
 	t2 := time.Now()
 	s := sample{Pull: t1.Sub(t0).Seconds(), Unpack: t2.Sub(t1).Seconds(), Seconds: t2.Sub(t0).Seconds()}
 	if python {
-		if err := runPython(ctx, filepath.Join(bundle, "rootfs")); err != nil {
+		if err := bench.RunPython(ctx, filepath.Join(bundle, "rootfs")); err != nil {
 			return s, err
 		}
 		s.Python = time.Since(t2).Seconds()

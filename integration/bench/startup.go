@@ -1,4 +1,10 @@
-package main
+// Startup sets: the files an application start reads, for the
+// benchmarks' startup rows. The Debian image's is what
+// `python3 -c PythonImport` opens, found with strace in a tree of the
+// image (an unpacked copy or a mount); the sample image's is its own
+// rafs/sample.StartupSet.
+
+package bench
 
 import (
 	"bufio"
@@ -16,34 +22,34 @@ import (
 	sampleimg "damselfly/rafs/sample"
 )
 
-// pythonImport is the application start of the Debian image.
-const pythonImport = "import numpy, scipy"
+// PythonImport is the application start of the Debian image.
+const PythonImport = "import numpy, scipy"
 
-// pythonEnv is the environment python runs with inside the image. The
+// PythonEnv is the environment python runs with inside the image. The
 // image is made with dpkg-deb -x, so maintainer scripts never ran and
 // update-alternatives never made /usr/lib/x86_64-linux-gnu/libblas.so.3:
 // LD_LIBRARY_PATH points the loader at OpenBLAS's copy instead.
-var pythonEnv = []string{
+var PythonEnv = []string{
 	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 	"LANG=C.UTF-8",
 	"PYTHONDONTWRITEBYTECODE=1",
 	"LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-pthread",
 }
 
-// pythonCmd runs `python3 -c "import numpy, scipy"` chrooted in root.
-func pythonCmd(ctx context.Context, root string, wrap ...string) *exec.Cmd {
-	argv := append(wrap, "chroot", root, "/usr/bin/python3", "-c", pythonImport)
+// PythonCmd runs `python3 -c "import numpy, scipy"` chrooted in root.
+func PythonCmd(ctx context.Context, root string, wrap ...string) *exec.Cmd {
+	argv := append(wrap, "chroot", root, "/usr/bin/python3", "-c", PythonImport)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = pythonEnv
+	cmd.Env = PythonEnv
 	return cmd
 }
 
-// runPython runs the import chrooted in root and fails unless python
+// RunPython runs the import chrooted in root and fails unless python
 // exits 0.
-func runPython(ctx context.Context, root string) error {
-	out, err := pythonCmd(ctx, root).CombinedOutput()
+func RunPython(ctx context.Context, root string) error {
+	out, err := PythonCmd(ctx, root).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("python3 -c %q in %s: %w: %s", pythonImport, root, err, lastLines(out, 5))
+		return fmt.Errorf("python3 -c %q in %s: %w: %s", PythonImport, root, err, lastLines(out, 5))
 	}
 	return nil
 }
@@ -51,14 +57,14 @@ func runPython(ctx context.Context, root string) error {
 // openedPath matches a successful open in strace's output.
 var openedPath = regexp.MustCompile(`^\d+\s+open(?:at)?\((?:AT_FDCWD, )?"([^"]+)", ([A-Z_|]+)[^)]*\) = \d+`)
 
-// pythonStartupSet runs the import under strace in the unpacked tree
+// PythonStartupSet runs the import under strace in the unpacked tree
 // root and returns the regular files it opened, in first-open order, as
 // symlink-free paths of img (so that reading them on a mount never
 // follows an absolute link out of it).
-func pythonStartupSet(ctx context.Context, root string, img *image.Image) ([]string, error) {
+func PythonStartupSet(ctx context.Context, root string, img *image.Image) ([]string, error) {
 	trace := root + ".strace"
 	defer os.Remove(trace)
-	cmd := pythonCmd(ctx, root, "strace", "-f", "-qq", "-e", "trace=open,openat,execve", "-e", "status=successful", "-o", trace)
+	cmd := PythonCmd(ctx, root, "strace", "-f", "-qq", "-e", "trace=open,openat,execve", "-e", "status=successful", "-o", trace)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("strace python3: %w: %s", err, lastLines(out, 5))
 	}
@@ -81,7 +87,7 @@ func pythonStartupSet(ctx context.Context, root string, img *image.Image) ([]str
 		if !inside || m == nil || strings.Contains(m[2], "O_DIRECTORY") || !strings.HasPrefix(m[1], "/") {
 			continue
 		}
-		p, err := resolve(fsys, strings.TrimPrefix(m[1], "/"))
+		p, err := resolveLinks(fsys, strings.TrimPrefix(m[1], "/"))
 		if err != nil || seen[p] {
 			continue // /dev, /proc and such are not in the image
 		}
@@ -94,16 +100,16 @@ func pythonStartupSet(ctx context.Context, root string, img *image.Image) ([]str
 	return out, nil
 }
 
-// linkFS is what resolve needs of rafs.FS.
+// linkFS is what resolveLinks needs of rafs.FS.
 type linkFS interface {
 	Lstat(name string) (fs.FileInfo, error)
 	ReadLink(name string) (string, error)
 }
 
-// resolve follows the symlinks in p inside fsys (absolute targets are
+// resolveLinks follows the symlinks in p inside fsys (absolute targets are
 // relative to the image root) and returns the path of the regular file
 // it names.
-func resolve(fsys linkFS, p string) (string, error) {
+func resolveLinks(fsys linkFS, p string) (string, error) {
 	parts := strings.Split(p, "/")
 	cur := ""
 	for hops := 0; len(parts) > 0; {
@@ -150,9 +156,9 @@ func resolve(fsys linkFS, p string) (string, error) {
 	return cur, nil
 }
 
-// sampleStartupSet is the sample image's own startup set (entry points
+// SampleStartupSet is the sample image's own startup set (entry points
 // and configuration, about 5% of its files), for the image that
-// bench.SampleLayout wrote at scale.
-func sampleStartupSet(scale float64) []string {
+// SampleLayout wrote at scale.
+func SampleStartupSet(scale float64) []string {
 	return sampleimg.StartupSet(sampleimg.Generate("sample", sampleimg.Options{Seed: 1, Scale: scale}))
 }

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"damselfly/rafs/convert"
+)
+
+func TestSummarize(t *testing.T) {
+	t.Parallel()
+	bi := &benchImage{Name: "img", Convert: &convert.Result{BootstrapLayer: 1_000_000},
+		Need: map[string]int64{workloadAll: 25_000_000, workloadStartup: 2_500_000}}
+	run := func(mode string, n, seq int, secs ...float64) *runResult {
+		r := &runResult{Nodes: len(secs), Mode: mode, Workload: workloadAll, Run: seq, Ready: 1, Seconds: secs,
+			OriginTx: int64(n) * 26_000_000, Registry: 2, NodeRx: make([]int64, len(secs))}
+		for range secs {
+			r.CPU = append(r.CPU, nodeCPU{Mount: 1, Peer: 2, Reader: 0.5})
+		}
+		if mode == modeP2P {
+			r.Scheduler = 1
+		}
+		return r
+	}
+	runs := []*runResult{
+		run(modeP2P, 1, 1, 2, 3, 4, 5), run(modeOrigin, 4, 1, 4, 4, 4, 9),
+		run(modeP2P, 1, 2, 1, 1, 1, 1), run(modeOrigin, 4, 2, 5, 5, 5, 5),
+		run(modeP2P, 1, 3, 6, 6, 6, 7), run(modeOrigin, 4, 3, 6, 6, 6, 6),
+	}
+	rows := summarize(runs, bi, 200_000_000)
+	if len(rows) != 2 {
+		t.Fatalf("got %d rows, want 2 (p2p and origin)", len(rows))
+	}
+	p, o := rows[0], rows[1]
+	if p.Mode != modeP2P || o.Mode != modeOrigin || p.Runs != 3 {
+		t.Fatalf("rows %s/%d runs, %s: want p2p with 3 runs, then origin", p.Mode, p.Runs, o.Mode)
+	}
+	// Per run p50 over 4 nodes (nearest rank: the 2nd), max; medians.
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"p2p floor", p.Floor, 1}, {"p2p bound", p.Bound, 1}, {"origin bound", o.Bound, 4},
+		{"p2p p50", p.P50, 3}, {"p2p max", p.Max, 5}, {"origin p50", o.P50, 5}, {"origin max", o.Max, 6},
+		{"p2p origin bytes", p.OriginBytes, 26_000_000}, {"origin copies", o.OriginBytes / float64(o.ImageBytes), 4},
+		{"mount", p.Mount, 1}, {"node max", p.NodeMax, 3.5}, {"scheduler", p.Scheduler, 1}, {"origin scheduler", o.Scheduler, 0},
+		// (4 nodes x 3.5 + 1 scheduler + 2 registry) / (1 ready + 5 slowest).
+		{"p2p cores", p.Cores, 17.0 / 6},
+	} {
+		if !near(c.got, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if p.MedianRun.Run != 1 || o.MedianRun.Run != 3 {
+		t.Errorf("median runs: got %d and %d, want 1 and 3", p.MedianRun.Run, o.MedianRun.Run)
+	}
+	md := (&report{Image: &benchImage{Name: "img", Convert: &convert.Result{}}, RateBps: 200e6, Rows: rows,
+		Env: map[string]string{"workers": "4"}}).markdown()
+	for _, want := range []string{"200 Mbit/s", "| 4 | p2p | all | 3 |", "| 4 | origin | all | 3 |", "node4 "} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
