@@ -10,6 +10,8 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,6 +33,7 @@ import (
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
 	"damselfly/rafs/piece"
+	"damselfly/rafs/rafstest"
 	"damselfly/rafs/registry"
 	"damselfly/rafs/route"
 	"damselfly/scheduler"
@@ -419,5 +422,75 @@ func TestPlainConcurrentPulls(t *testing.T) {
 	}
 	if peerBytes < int64(len(data)) {
 		t.Errorf("nodes got %d bytes from each other, want at least the blob (%d)", peerBytes, len(data))
+	}
+}
+
+// TestPlainLivePullLiar: node M's view of the origin flips a byte in
+// every ranged blob response (a man in the middle, or a node lying about
+// what it fetched), so the pieces M fetches from the origin, names and
+// announces in a live pull are wrong yet match the digests M names. B,
+// pulling beside M, takes pieces from M, each matching M's digest, and
+// the whole blob fails the layer digest: B's client never gets the whole
+// wrong blob, B drops it, pulls it from the origin next, and the pieces
+// recorded there convict M, which B avoids.
+func TestPlainLivePullLiar(t *testing.T) {
+	t.Parallel()
+	key, st, reg := clusterKey(t), newScheduler(t), newPlainRegistry(t)
+	data := randBytes(49, 24*piece.MinSize+77)
+	blob := reg.push(t, "test/plain", data)
+	target, err := url.Parse(reg.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.Header.Get("Range") == "" || !strings.Contains(resp.Request.URL.Path, "/blobs/") || resp.StatusCode != http.StatusPartialContent {
+			return nil
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if len(b) > 0 {
+			b[len(b)/2] ^= 0x5a
+		}
+		// Slow, so that M's pull is still going when B's begins.
+		time.Sleep(60 * time.Millisecond)
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		return nil
+	}
+	mitm := httptest.NewServer(rp)
+	t.Cleanup(mitm.Close)
+	// One piece per ranged GET, so that M's pull takes a while.
+	m := newMirrorNode(t, key, st, &plainRegistry{srv: mitm}, nil, func(c *NodeConfig) { c.OriginMaxRange = piece.MinSize })
+	b := newMirrorNode(t, key, st, reg, nil)
+
+	// M starts first, so that it holds pieces when B asks.
+	mDone := make(chan struct{})
+	go func() {
+		defer close(mDone)
+		_, _, _ = m.get(t, "test/plain", blob, "")
+	}()
+	rafstest.Eventually(t, 10*time.Second, "M announcing pieces of the blob", func() bool {
+		ann, _, _ := m.router.snapshot()
+		return len(ann[plain.Key(blob)]) > 0
+	})
+	code, body, err := b.get(t, "test/plain", blob, "")
+	<-mDone
+	if err == nil && code == http.StatusOK && len(body) == len(data) {
+		t.Fatalf("B's first pull, through M's pieces, got a whole blob (equal %v); want it cut short", bytes.Equal(body, data))
+	}
+	// The retry, as a client would make it: from the origin, and M
+	// convicted by the pieces recorded there.
+	b.mustGet(t, "test/plain", blob, "", data, http.StatusOK)
+	if !b.eng.Avoided(m.h.ID()) {
+		t.Fatal("B does not avoid M after the origin's copy showed M's digests wrong")
+	}
+	if s := b.Stats(); s.BadPeers == 0 {
+		t.Error("B counted no bad peer")
+	}
+	if _, ok := b.Plain().PieceTable(t.Context(), registry.Ref{}, blob, false); !ok {
+		t.Fatal("B does not keep the blob's checked table after pulling it right")
 	}
 }

@@ -507,17 +507,23 @@ func (s *Source) fetchBlind(ctx context.Context, up registry.Ref, lv *live, ords
 	return nil
 }
 
-// settleLive ends lv with the mirror's verdict on the whole blob.
-func (s *Source) settleLive(lv *live, matched bool) {
+// settleLive ends lv, whose whole blob matched its digest: its complete
+// table is kept and served as any checked table.
+func (s *Source) settleLive(lv *live) {
 	s.endLive(lv)
-	if matched {
-		if t := lv.complete(); t != nil {
-			s.tables.keep(t)
-			return
-		}
-		s.log.Error("a live plain blob matched with digests unknown", "blob", lv.t.Blob)
-		matched = false
+	if t := lv.complete(); t != nil {
+		s.tables.keep(t)
+		return
 	}
+	s.failLive(lv, errors.New("digests unknown after the blob matched"))
+}
+
+// failLive ends lv after a read through it failed (why): its pieces are
+// dropped from the cache and the holdings, and the blob is marked suspect,
+// so that the next pull of it here goes to the origin, whose copy then
+// names any peer whose digests lied (convict).
+func (s *Source) failLive(lv *live, why error) {
+	s.endLive(lv)
 	t := lv.partial()
 	var ords []uint32
 	for i, d := range t.Digests {
@@ -540,7 +546,7 @@ func (s *Source) settleLive(lv *live, matched bool) {
 	}
 	s.suspects[lv.t.Blob] = sus
 	s.liveMu.Unlock()
-	s.log.Warn("plain blob pulled from pieces fails its digest; dropped, and read from the origin next", "blob", lv.t.Blob)
+	s.log.Warn("plain blob pulled live failed; dropped, and read from the origin next", "blob", lv.t.Blob, "err", why)
 }
 
 // suspect reports whether blob's last live pull on this node failed.

@@ -243,7 +243,11 @@ func (s *Source) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Dige
 // from is reported and avoided.
 func (s *Source) SettleTable(blob rafs.Digest, t *piece.Table, matched bool) {
 	if lv := s.liveFor(t); lv != nil {
-		s.settleLive(lv, matched)
+		if matched {
+			s.settleLive(lv)
+		} else {
+			s.failLive(lv, errors.New("the blob fails its digest"))
+		}
 		return
 	}
 	src, fromPeer := s.tables.takePending(blob, t)
@@ -293,26 +297,43 @@ func (s *Source) forget(blob rafs.Digest, t *piece.Table) {
 // pieces the node cache does not hold are fetched (into the cache).
 func (s *Source) ReadPieces(ctx context.Context, up registry.Ref, t *piece.Table, first, last int,
 	deliver func(i int, c rafs.Chunk, b []byte) error) error {
-	var cs []rafs.Chunk
 	if lv := s.liveFor(t); lv != nil {
-		if err := s.resolve(ctx, up, lv, first, last); err != nil {
-			return err
+		err := s.resolve(ctx, up, lv, first, last)
+		if err == nil {
+			err = s.eng.ReadPieces(ctx, up, Key(t.Blob), t.Blob, s.missing(lv.chunks(first, last), deliver), s.deliverOrDrop(deliver))
 		}
-		cs = lv.chunks(first, last)
-	} else {
-		cs = t.Chunks(first, last)
-	}
-	if deliver == nil {
-		missing := cs[:0]
-		for _, c := range cs {
-			if !s.cache.Has(cache.KeyOf(c)) {
-				missing = append(missing, c)
-			}
+		if err != nil && deliver != nil && ctx.Err() == nil {
+			// A read through the live pull failed (a piece nobody could
+			// serve in time, or bytes that match no digest named): the
+			// client's retry must not join it again.
+			s.failLive(lv, err)
 		}
-		cs = missing
-		deliver = func(int, rafs.Chunk, []byte) error { return nil }
+		return err
 	}
-	return s.eng.ReadPieces(ctx, up, Key(t.Blob), t.Blob, cs, deliver)
+	return s.eng.ReadPieces(ctx, up, Key(t.Blob), t.Blob, s.missing(t.Chunks(first, last), deliver), s.deliverOrDrop(deliver))
+}
+
+// missing is cs, less the pieces the node cache holds when deliver is
+// nil (a prefetch: only what is missing is fetched).
+func (s *Source) missing(cs []rafs.Chunk, deliver func(int, rafs.Chunk, []byte) error) []rafs.Chunk {
+	if deliver != nil {
+		return cs
+	}
+	out := cs[:0]
+	for _, c := range cs {
+		if !s.cache.Has(cache.KeyOf(c)) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// deliverOrDrop is deliver, or one that keeps nothing when it is nil.
+func (s *Source) deliverOrDrop(deliver func(int, rafs.Chunk, []byte) error) func(int, rafs.Chunk, []byte) error {
+	if deliver != nil {
+		return deliver
+	}
+	return func(int, rafs.Chunk, []byte) error { return nil }
 }
 
 // RecordBlob implements proxy.BlobSource: the returned recorder cuts the

@@ -89,6 +89,9 @@ func readTableFile(p string, blob rafs.Digest) (*piece.Table, error) {
 	if t.Blob != blob {
 		return nil, fmt.Errorf("%w: table of %s in the file of %s", piece.ErrCorrupt, t.Blob, blob)
 	}
+	if !t.Complete() {
+		return nil, fmt.Errorf("%w: a partial table, never kept", piece.ErrCorrupt)
+	}
 	return t, nil
 }
 

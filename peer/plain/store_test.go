@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"damselfly/rafs/piece"
@@ -62,6 +63,16 @@ func TestPieceTablesPersist(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(tdir, "stranger")); err != nil {
 		t.Errorf("a stranger's file was touched: %v", err)
+	}
+	// A partial table (a live pull's) on disk is never taken as checked.
+	part := &piece.Table{Blob: tables[1].Blob, Size: tables[1].Size, PieceSize: tables[1].PieceSize, Digests: slices.Clone(tables[1].Digests)}
+	part.Digests[0] = [32]byte{}
+	os.WriteFile(damaged, part.Encode(), 0o600)
+	if loaded, err := newTableStore(dir, slog.New(slog.DiscardHandler)).load(); err != nil || len(loaded) != 1 {
+		t.Fatalf("load with a partial table on disk: %d tables, %v; want only the first", len(loaded), err)
+	}
+	if _, err := os.Stat(damaged); !os.IsNotExist(err) {
+		t.Errorf("a partial table file was kept (%v)", err)
 	}
 	// Without a directory nothing is written.
 	if got, err := newTableStore("", nil).load(); err != nil || got != nil {

@@ -28,18 +28,17 @@ const (
 //	0       8     magic "DFLYPCTB"
 //	8       2     version, 1
 //	10      2     flags: 0, or 1 for a partial table
-
 //	12      4     piece size, MinSize..MaxSize
 //	16      8     blob size, 1..MaxPieces × piece size
 //	24      32    blob digest (sha256)
 //	56      4     n: piece count, exactly ceil(blob size / piece size)
 //	60      32·n  piece digests (sha256 of each piece's bytes), in order;
-//	              in a partial table, all zero for a piece not known yet
+//	              in a partial table all zero for a piece not known yet
 //	60+32n  4     CRC32-C of every byte before it
 const (
-	magic      = "DFLYPCTB"
-	version    = 1
-	headerSize = 60
+	magic       = "DFLYPCTB"
+	version     = 1
+	headerSize  = 60
 	flagPartial = 1
 	// MaxEncodedSize is the largest valid encoding.
 	MaxEncodedSize = headerSize + 32*MaxPieces + 4
