@@ -7,10 +7,12 @@ package configs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"gopkg.in/yaml.v3"
 )
 
 // EnvPrefix prefixes every environment override: the key convert.chunk_size
@@ -34,6 +36,14 @@ func New(file, section string) (*Loader, error) {
 		v.SetConfigFile(file)
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("read config %s: %w", file, err)
+		}
+		// One file shape for every command: keys at the top level, as
+		// the daemons' sample files have them, or under the command's
+		// name.
+		if !v.InConfig(section) {
+			if err := v.MergeConfigMap(map[string]any{section: v.AllSettings()}); err != nil {
+				return nil, fmt.Errorf("read config %s: %w", file, err)
+			}
 		}
 	}
 	return &Loader{v: v, section: section}, nil
@@ -71,4 +81,17 @@ func (l *Loader) Settings() map[string]any {
 		return m
 	}
 	return map[string]any{}
+}
+
+// PrintSettings writes the section's resolved keys as YAML, top level (a
+// file --config takes back).
+func (l *Loader) PrintSettings(w io.Writer) error {
+	m := l.Settings()
+	delete(m, "print_config")
+	b, err := yaml.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
 }

@@ -11,6 +11,8 @@ import (
 
 	"damselfly/fusemount"
 	"damselfly/peer/daemon"
+
+	"github.com/spf13/pflag"
 )
 
 func TestLoadMountSample(t *testing.T) {
@@ -218,4 +220,41 @@ func readFile(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestLoaderFileShapes: a flag command's file may hold its keys at the
+// top level, as the daemons' files do, or under the command's name; the
+// environment wins over the file.
+func TestLoaderFileShapes(t *testing.T) {
+	dir := t.TempDir()
+	top := filepath.Join(dir, "top.yaml")
+	wrapped := filepath.Join(dir, "wrapped.yaml")
+	os.WriteFile(top, []byte("chunk_size: 4194304\nlevel: 3\n"), 0o600)
+	os.WriteFile(wrapped, []byte("convert:\n  chunk_size: 2097152\n"), 0o600)
+	for file, want := range map[string]int{top: 4194304, wrapped: 2097152} {
+		l, err := New(file, "convert")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.Int("chunk-size"); got != want {
+			t.Errorf("%s: chunk_size %d, want %d", filepath.Base(file), got, want)
+		}
+	}
+	t.Setenv("DAMSELFLY_CONVERT_LEVEL", "4")
+	l, err := New(top, "convert")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := pflag.NewFlagSet("convert", pflag.ContinueOnError)
+	fs.Int("level", 1, "")
+	if err := l.BindFlags(fs); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Int("level"); got != 4 {
+		t.Errorf("level %d with the environment saying 4 over the file's 3", got)
+	}
+	var out strings.Builder
+	if err := l.PrintSettings(&out); err != nil || !strings.Contains(out.String(), "chunk_size: 4194304") {
+		t.Errorf("PrintSettings: %q, %v", out.String(), err)
+	}
 }

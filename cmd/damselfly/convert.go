@@ -38,6 +38,7 @@ and one bootstrap layer with the merged metadata of the whole image.`,
 	f.Bool("insecure", false, "plain HTTP to registries (automatic for loopback)")
 	f.Bool("index", false, "also write an image index holding the original and the RAFS manifest")
 	f.String("work-dir", "", "directory for temporary blobs (default: system temp)")
+	f.Bool("print-config", false, "print the effective settings (file, environment, flags) and exit")
 	f.Bool("json", false, "print a JSON summary on stdout")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		l, err := configs.New(g.configFile, "convert")
@@ -46,6 +47,9 @@ and one bootstrap layer with the merged metadata of the whole image.`,
 		}
 		if err := l.BindFlags(cmd.Flags()); err != nil {
 			return err
+		}
+		if l.Bool("print-config") {
+			return l.PrintSettings(cmd.OutOrStdout())
 		}
 		log, err := g.logger()
 		if err != nil {

@@ -22,6 +22,7 @@ func newInspect(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.Bool("tree", false, "also list every path with its type, mode, owner and size")
+	f.Bool("print-config", false, "print the effective settings (file, environment, flags) and exit")
 	f.Bool("json", false, "print JSON")
 	f.Bool("insecure", false, "plain HTTP to registries (automatic for loopback)")
 	f.String("platform", "", "os/arch[/variant] to pick from a multi-platform image")
@@ -34,6 +35,9 @@ func newInspect(g *globals) *cobra.Command {
 		}
 		if err := l.BindFlags(cmd.Flags()); err != nil {
 			return err
+		}
+		if l.Bool("print-config") {
+			return l.PrintSettings(cmd.OutOrStdout())
 		}
 		img, err := openImage(cmd, l, args[0])
 		if err != nil {
