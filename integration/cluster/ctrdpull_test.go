@@ -71,6 +71,14 @@ func TestContainerdPullsThroughMirror(t *testing.T) {
 	if ratio > 1.05 {
 		t.Errorf("the registry served %d blob bytes for 3 pulls, %.3fx the image's %d layer bytes, want at most 1.05x", got, ratio, hello.layerBytes)
 	}
+	// Each pull went through its node's mirror.
+	for _, n := range nodes {
+		served, pieces := n.metric(`damselfly_proxy_response_bytes_total{route="v2"}`), n.metric("damselfly_proxy_plain_blob_piece_bytes_total")
+		t.Logf("measured: node %s's mirror served %d bytes, %d blob bytes from pieces", n.name, served, pieces)
+		if served < hello.layerBytes {
+			t.Errorf("node %s's mirror served %d bytes, want the image's %d layer bytes at least", n.name, served, hello.layerBytes)
+		}
+	}
 	for _, ctrd := range instances {
 		runHello(t, ctrd, ref, hello.want)
 	}
@@ -83,7 +91,12 @@ func TestContainerdPullsThroughMirror(t *testing.T) {
 	if err := fourth.pull(ref); err != nil {
 		t.Fatalf("pull with the registry stopped, through node a's mirror: %v\n--- node a's peer:\n%s", err, nodes[0].p.LogTail(4000))
 	}
-	t.Logf("measured: with the registry stopped, a fourth containerd pulled through node a's mirror in %v", time.Since(start).Round(time.Millisecond))
+	byTag := nodes[0].metric(`damselfly_proxy_manifests_from_store_total{by="tag"}`)
+	t.Logf("measured: with the registry stopped, a fourth containerd pulled through node a's mirror in %v; node a served %d manifests by tag and %d by digest from its store",
+		time.Since(start).Round(time.Millisecond), byTag, nodes[0].metric(`damselfly_proxy_manifests_from_store_total{by="digest"}`))
+	if byTag == 0 {
+		t.Errorf("node a served no manifest by tag from its store while the registry was stopped")
+	}
 	runHello(t, fourth, ref, hello.want)
 
 	// The registry is back and the peers are stopped: containerd falls
