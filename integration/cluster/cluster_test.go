@@ -39,13 +39,20 @@ func newCluster(t *testing.T) *cluster {
 // advanced.state section (YAML, indented by two spaces).
 func newClusterWith(t *testing.T, state string) *cluster {
 	t.Helper()
+	return newClusterOf(t, state, false)
+}
+
+// newClusterOf is newClusterWith, keeping the registry's access log if
+// accessLog is set.
+func newClusterOf(t *testing.T, state string, accessLog bool) *cluster {
+	t.Helper()
 	rafstest.RequireRoot(t)
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		rafstest.SkipOrFail(t, "needs /dev/fuse")
 	}
 	rafstest.RequireTool(t, "umoci")
 	c := &cluster{t: t, dir: t.TempDir()}
-	c.reg = startRegistry(t)
+	c.reg = startRegistryLogged(t, accessLog)
 	c.key = filepath.Join(c.dir, "cluster.key")
 	if err := host.CreateClusterKeyFile(c.key); err != nil {
 		t.Fatal(err)

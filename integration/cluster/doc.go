@@ -13,6 +13,9 @@
 // the same for the restartable registry, gate_test.go is each node's
 // road to the registry (it counts the bytes and injects faults: delays,
 // closed connections, 5xx, wrong bytes, short bodies, and records each
-// blob GET's range and time), cluster_test.go a cluster of nodes; each
+// blob GET's range and time), cluster_test.go a cluster of nodes,
+// containerd_test.go containerd daemons (each with its own root, state
+// and socket) whose pulls use configs/containerd/hosts.toml as shipped,
+// and helloimage_test.go the small runnable image they pull; each
 // scenario has its own file.
 package cluster

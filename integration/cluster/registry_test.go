@@ -18,8 +18,15 @@ type registry struct {
 
 func startRegistry(t testing.TB) *registry {
 	t.Helper()
+	return startRegistryLogged(t, false)
+}
+
+// startRegistryLogged is startRegistry, keeping the registry's access log
+// (in Proc().Log() of each start) if accessLog is set.
+func startRegistryLogged(t testing.TB, accessLog bool) *registry {
+	t.Helper()
 	rafstest.RequireTool(t, "docker-registry")
-	r, err := harness.StartRegistry(t.Context(), harness.RegistryConfig{Dir: t.TempDir()})
+	r, err := harness.StartRegistry(t.Context(), harness.RegistryConfig{Dir: t.TempDir(), AccessLog: accessLog})
 	if err != nil {
 		t.Fatal(err)
 	}

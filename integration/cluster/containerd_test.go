@@ -1,0 +1,213 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"damselfly/integration/harness"
+	"damselfly/rafs/rafstest"
+)
+
+// requireContainerd skips (or fails, see rafstest.SkipOrFail) unless
+// containerd, its ctr client, its runc shim and runc are installed (make
+// deps installs them from Debian).
+func requireContainerd(t *testing.T) {
+	t.Helper()
+	for _, tool := range []string{"containerd", "ctr", "containerd-shim-runc-v2", "runc"} {
+		rafstest.RequireTool(t, tool)
+	}
+}
+
+// containerd is one containerd daemon, a real process with its own root,
+// state directory and socket, and the hosts directory its pulls use. Its
+// plugins are the ones ctr's pull and run need: no CRI (ctr does not use
+// it: the hosts directory is given to each pull with --hosts-dir, which
+// is what CRI's registry.config_path does for the kubelet's pulls), and
+// the overlayfs snapshotter.
+type containerd struct {
+	t       *testing.T
+	name    string
+	dir     string // root, state, socket and log
+	sock    string
+	hosts   string
+	p       *harness.Proc
+	ran     []string // IDs of the containers run, removed at stop if left
+	stopped bool
+}
+
+// containerdConfig is config.toml: version 2, root, state, socket, and
+// the plugins the test does not need disabled.
+const containerdConfig = `version = 2
+root = %q
+state = %q
+disabled_plugins = [
+  "io.containerd.grpc.v1.cri",
+  "io.containerd.internal.v1.opt",
+  "io.containerd.internal.v1.tracing",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+]
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+`
+
+// startContainerd starts a containerd whose pulls use the hosts directory
+// hosts, and waits until it answers. It is stopped in t.Cleanup: its
+// containers removed, SIGTERM, then whatever it left mounted under its
+// directory unmounted before t.TempDir removes it.
+func startContainerd(t *testing.T, name, hosts string) *containerd {
+	t.Helper()
+	dir := t.TempDir()
+	c := &containerd{t: t, name: name, dir: dir, sock: filepath.Join(dir, "containerd.sock"), hosts: hosts}
+	cfg := filepath.Join(dir, "config.toml")
+	body := fmt.Sprintf(containerdConfig, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.sock, c.sock+".ttrpc")
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := harness.Start(harness.ProcConfig{Name: "containerd-" + name, LogDir: dir, Path: "containerd", Args: []string{"--config", cfg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.p = p
+	t.Cleanup(c.stop)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := c.ctr(5*time.Second, "version"); err == nil {
+			return c
+		} else if p.Exited() || time.Now().After(deadline) {
+			t.Fatalf("containerd %s does not answer: %v", name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// ctr runs `ctr --address SOCK ARGS...` for at most timeout and returns
+// its stdout; an error carries its stderr.
+func (c *containerd) ctr(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.sock}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("containerd %s: ctr %s: %w\n%s%s", c.name, strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// pull pulls and unpacks ref with the instance's hosts directory.
+func (c *containerd) pull(ref string) error {
+	_, err := c.ctr(2*time.Minute, "images", "pull", "--hosts-dir", c.hosts, ref)
+	return err
+}
+
+// run runs the pulled image ref once (`ctr run --rm`) and returns what
+// the program printed.
+func (c *containerd) run(ref string) (string, error) {
+	id := fmt.Sprintf("hello-%s-%d", c.name, len(c.ran))
+	c.ran = append(c.ran, id)
+	out, err := c.ctr(time.Minute, "run", "--rm", ref, id)
+	return strings.TrimSpace(out), err
+}
+
+// stop removes containers a failed run left, stops the daemon (a daemon
+// that needs the kill fails the test), and unmounts what is left under
+// its directory. It is idempotent.
+func (c *containerd) stop() {
+	if c.stopped {
+		return
+	}
+	c.stopped = true
+	if !c.p.Exited() {
+		for _, id := range c.ran {
+			// Best effort: a container --rm removed is not found.
+			c.ctr(10*time.Second, "tasks", "rm", "-f", id)
+			c.ctr(10*time.Second, "containers", "rm", id)
+		}
+	}
+	stopOrFail(c.t, c.p)
+	if left := unmountUnder(c.t, c.dir); len(left) > 0 {
+		c.t.Errorf("containerd %s left mounted: %s", c.name, strings.Join(left, ", "))
+	}
+	showLog(c.t, c.p)
+}
+
+// unmountUnder unmounts (lazily, deepest first) every mount below dir and
+// returns their mountpoints.
+func unmountUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	defer f.Close()
+	var under []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		// Field 5 is the mountpoint, with space, tab, newline and
+		// backslash octal-escaped; dir has none of them.
+		if mp := fields[4]; strings.HasPrefix(mp, dir+"/") {
+			under = append(under, mp)
+		}
+	}
+	slices.SortFunc(under, func(a, b string) int { return len(b) - len(a) })
+	for _, mp := range under {
+		if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", mp, err)
+		}
+	}
+	return under
+}
+
+// containerdHosts writes a hosts directory for pulls from the registry at
+// registry ("127.0.0.1:PORT", plain HTTP) through the mirror at mirror
+// ("http://127.0.0.1:PORT", a node's peer): REGISTRY/hosts.toml,
+// configs/containerd/hosts.toml as shipped with only its server and its
+// mirror's URL replaced. It returns the directory.
+func containerdHosts(t *testing.T, registry, mirror string) string {
+	t.Helper()
+	shipped, err := os.ReadFile(filepath.Join("..", "..", "configs", "containerd", "hosts.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	toml := string(shipped)
+	for _, r := range [][2]string{
+		{`server = "https://registry-1.docker.io"`, `server = "http://` + registry + `"`},
+		{`[host."http://127.0.0.1:7950"]`, `[host."` + mirror + `"]`},
+	} {
+		if strings.Count(toml, r[0]) != 1 {
+			t.Fatalf("configs/containerd/hosts.toml has %d lines %s, want 1", strings.Count(toml, r[0]), r[0])
+		}
+		toml = strings.Replace(toml, r[0], r[1], 1)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, registry), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, registry, "hosts.toml"), []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
