@@ -34,7 +34,11 @@ func TestCachedChunkOfAnotherBlobNotServed(t *testing.T) {
 	sched := newScheduler(t)
 	key := clusterKey(t)
 	a := newNode(t, key, sched, nodeOpts{})
-	b := newNode(t, key, sched, nodeOpts{})
+	// b's forged read waits out the scheduler's tree_starve_after (8 s)
+	// for a parent that will never serve it before the origin settles it:
+	// a fetch deadline of 10 s left too little room on a loaded machine
+	// (the error came back transient, the deadline's).
+	b := newNode(t, key, sched, nodeOpts{cfg: func(c *NodeConfig) { c.FetchDeadline = 30 * time.Second }})
 	ctx := testCtx(t)
 	if err := readAll(ctx, a.Node, o.ref(), priv.blob, priv.chunks); err != nil {
 		t.Fatalf("a reads the private blob: %v", err)
