@@ -219,4 +219,3 @@ func (w logWriter) Write(p []byte) (int, error) {
 	w.b.logf("%s", strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
-
