@@ -25,6 +25,12 @@ import (
 	"damselfly/integration/harness"
 )
 
+// Destinations of skopeo copy (-dest).
+const (
+	destOCI = "oci" // an OCI layout: skopeo fetches layers in parallel
+	destDir = "dir" // skopeo's dir: format
+)
+
 // refName is the OCI layout annotation that names an image's tag.
 const refName = "org.opencontainers.image.ref.name"
 
@@ -192,10 +198,14 @@ func randomTar(n uint64, size int64) io.ReadCloser {
 	return pr
 }
 
-// checkPull verifies what skopeo left in its dir: destination dir: every
-// layer of pi, by name (the digest's hex) and size. skopeo has checked
-// every blob's digest as it wrote it.
-func checkPull(dir string, pi *pullImage) error {
+// checkPull verifies what skopeo left in its destination dir (an OCI
+// layout for destOCI, else a dir: directory): every layer of pi, by
+// name (the digest's hex) and size. skopeo has checked every blob's
+// digest as it wrote it.
+func checkPull(dir, dest string, pi *pullImage) error {
+	if dest == destOCI {
+		dir = filepath.Join(dir, "blobs", "sha256")
+	}
 	for _, l := range pi.Layers {
 		hex := l.Digest[strings.IndexByte(l.Digest, ':')+1:]
 		fi, err := os.Stat(filepath.Join(dir, hex))

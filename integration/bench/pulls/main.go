@@ -48,6 +48,7 @@ type options struct {
 	modes       []string
 	extraLayers int
 	extraMiB    int
+	dest        string
 	runTimeout  time.Duration
 	timeout     time.Duration
 	keep        bool
@@ -63,6 +64,7 @@ func main() {
 	flag.StringVar(&mode, "mode", "both", "p2p, origin (the same peers without a scheduler) or both")
 	flag.IntVar(&o.extraLayers, "extra-layers", 2, "pseudo-random gzip layers added to the Debian image's")
 	flag.IntVar(&o.extraMiB, "extra-mib", 200, "size of each extra layer, MiB")
+	flag.StringVar(&o.dest, "dest", destOCI, "skopeo's destination: oci (a layout) or dir")
 	flag.DurationVar(&o.runTimeout, "run-timeout", 15*time.Minute, "bound on one run, start to stop")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "give up after this long")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (registry storage, caches, logs)")
@@ -84,6 +86,9 @@ func main() {
 			o.modes = []string{mode}
 		default:
 			return fmt.Errorf("-mode %q: want p2p, origin or both", mode)
+		}
+		if o.dest != destOCI && o.dest != destDir {
+			return fmt.Errorf("-dest %q: want oci or dir", o.dest)
 		}
 		if o.runs < 1 || o.extraLayers < 0 || o.extraMiB < 1 {
 			return errors.New("want at least one run, no negative layer count and extra layers of 1 MiB or more")
@@ -215,6 +220,7 @@ func (b *rig) measure(ctx context.Context, n int, pi *pullImage) (runs []*runRes
 func (b *rig) describe(ctx context.Context) map[string]string {
 	env := map[string]string{
 		"machine": fmt.Sprintf("%d cores, %s/%s, %s", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version()),
+		"dest":    b.o.dest,
 	}
 	for k, argv := range map[string][]string{
 		"kernel": {"uname", "-r"}, "docker-registry": {"docker-registry", "--version"}, "skopeo": {"skopeo", "--version"},

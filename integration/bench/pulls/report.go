@@ -154,10 +154,10 @@ func (rep *report) markdown() string {
 	fmt.Fprintf(&b, "Measured %s on %s; `%s`.\n\n", rep.Date, rep.Env["machine"], harness.Esc(rep.Command))
 	fmt.Fprintf(&b, "Separate `damselfly scheduler` and `damselfly peer` processes and a docker-registry origin, each node's peer and the "+
 		"origin and scheduler in network namespaces of their own, every link capped by the kernel (tc tbf) at %s each way. "+
-		"Every node runs `skopeo copy docker://%s/%s:%s dir:...` in its namespace at the same moment, through its peer's mirror "+
+		"Every node runs `skopeo copy docker://%s/%s:%s %s:...` in its namespace at the same moment, through its peer's mirror "+
 		"(default registry: the origin); every run starts from new daemons and empty caches. p2p: peers with a scheduler; origin: "+
 		"the same peers without one (no P2P), so each mirror pulls every blob from the origin.\n\n",
-		rateName(rep.RateBps), mirrorAddr, pi.Repo, pi.Tag)
+		rateName(rep.RateBps), mirrorAddr, pi.Repo, pi.Tag, rep.Env["dest"])
 	fmt.Fprintf(&b, "Image: %s; %d layers, %s with config and manifest (%d bytes).\n\n", pi.Source, len(pi.Layers), mib(pi.Bytes), pi.Bytes)
 	b.WriteString("Floor: the image's bytes over one node's link rate. Bound: the floor with P2P; without, the origin's link carries the " +
 		"image once per node (nodes x floor). Completion: from the common start of the skopeo processes to each one's exit (exit status " +

@@ -87,7 +87,11 @@ func (b *rig) runOnce(ctx context.Context, nt *net, mode string, run int, pi *pu
 	dsts := make([]string, len(d.nodes))
 	for i, n := range d.nodes {
 		dsts[i] = filepath.Join(n.dir, "pulled")
-		cmds[i] = n.h.Command(ctx, "skopeo", "copy", "--insecure-policy", "--src-tls-verify=false", src, "dir:"+dsts[i])
+		to := "dir:" + dsts[i]
+		if b.o.dest == destOCI {
+			to = "oci:" + dsts[i] + ":" + pi.Tag
+		}
+		cmds[i] = n.h.Command(ctx, "skopeo", "copy", "--insecure-policy", "--src-tls-verify=false", src, to)
 		outs[i] = &bytes.Buffer{}
 		cmds[i].Stdout, cmds[i].Stderr = outs[i], outs[i]
 		cmds[i].WaitDelay = time.Second
@@ -113,7 +117,7 @@ func (b *rig) runOnce(ctx context.Context, nt *net, mode string, run int, pi *pu
 	wg.Wait()
 	for i := range d.nodes {
 		if errs[i] == nil {
-			if err := checkPull(dsts[i], pi); err != nil {
+			if err := checkPull(dsts[i], b.o.dest, pi); err != nil {
 				errs[i] = fmt.Errorf("%s pulled: %w", d.nodes[i].h.Name(), err)
 			}
 		}
