@@ -95,7 +95,8 @@ func (b *rig) deploy(ctx context.Context, nt *net, mode, dir string) (_ *deploym
 			err = errors.Join(err, d.stop())
 		}
 	}()
-	d.registry, err = harness.StartRegistry(ctx, harness.RegistryConfig{Dir: b.regDir, LogDir: dir, OwnGroup: true, Host: nt.origin})
+	d.registry, err = harness.StartRegistry(ctx, harness.RegistryConfig{Dir: b.regDir, LogDir: dir, OwnGroup: true, Host: nt.origin,
+		AccessLog: true}) // which blobs the origin sent, and how often
 	if err != nil {
 		return nil, err
 	}

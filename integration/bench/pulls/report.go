@@ -182,6 +182,22 @@ func (rep *report) markdown() string {
 		}
 		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s |\n", w.Nodes, w.Mode, r.Run, r.Load, strings.Join(cells, "; "))
 	}
+	b.WriteString("\nWhat the origin sent of each layer in those runs, from its access log (GETs, MiB; the layers in manifest order):\n\n")
+	b.WriteString("| nodes | mode | run | per layer |\n|---|---|---|---|\n")
+	for _, w := range rep.Rows {
+		r := w.MedianRun
+		var cells []string
+		for i, l := range pi.Layers {
+			var got originBlob
+			for _, ob := range r.OriginBlobs {
+				if ob.Digest == l.Digest {
+					got = ob
+				}
+			}
+			cells = append(cells, fmt.Sprintf("%d: %dx, %.1f of %.1f", i+1, got.Requests, float64(got.Bytes)/(1<<20), float64(l.Size)/(1<<20)))
+		}
+		fmt.Fprintf(&b, "| %d | %s | %d | %s |\n", w.Nodes, w.Mode, r.Run, strings.Join(cells, "; "))
+	}
 	if len(rep.Notes) > 0 {
 		b.WriteString("\n")
 		for _, n := range rep.Notes {

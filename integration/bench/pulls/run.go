@@ -40,6 +40,9 @@ type runResult struct {
 	Scheduler float64   `json:"scheduler_cpu_seconds"`
 	Registry  float64   `json:"registry_cpu_seconds"`
 	Load      string    `json:"loadavg_before"`
+	// OriginBlobs is, from the origin's access log, each blob's GETs and
+	// the bytes they sent.
+	OriginBlobs []originBlob `json:"origin_blobs"`
 }
 
 // runOnce deploys mode on nt, starts `skopeo copy` from every node's
@@ -153,6 +156,13 @@ func (b *rig) runOnce(ctx context.Context, nt *net, mode string, run int, pi *pu
 			return nil, err
 		}
 		r.NodeRx = append(r.NodeRx, c.Rx-nodeBase[i].Rx)
+	}
+	if f, err := os.Open(d.registry.Proc().Log()); err == nil {
+		r.OriginBlobs, err = parseAccessLog(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("origin access log: %w", err)
+		}
 	}
 	for _, dst := range dsts {
 		os.RemoveAll(dst) // gigabytes on 8 nodes; the peers' caches go with the run
