@@ -27,8 +27,8 @@ import (
 
 // Destinations of skopeo copy (-dest).
 const (
-	destOCI = "oci" // an OCI layout: skopeo fetches layers in parallel
-	destDir = "dir" // skopeo's dir: format
+	destOCI = "oci" // an OCI layout (oci:DIR:TAG)
+	destDir = "dir" // skopeo's dir: format (dir:DIR)
 )
 
 // refName is the OCI layout annotation that names an image's tag.
