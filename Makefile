@@ -4,12 +4,12 @@
 # skips turned into failures.
 #
 # `make bench` runs every benchmark harness (convert, mount, distribution,
-# deployed; about 90 minutes, as root for the mount and deployed
+# deployed, pulls; about 105 minutes, as root for the mount, deployed and pulls
 # harnesses), each writing its rows to
-# integration/bench/out/{convert,mount,distribution,deployed}.{json,md},
+# integration/bench/out/{convert,mount,distribution,deployed,pulls}.{json,md},
 # then regenerates integration/bench/RESULTS.md from them. The harnesses
 # can also run alone: make bench-convert, bench-mount, bench-distribution,
-# bench-deployed, and make bench-results rewrites RESULTS.md from whatever
+# bench-deployed, bench-pulls, and make bench-results rewrites RESULTS.md from whatever
 # is in out/.
 
 export PATH := $(PATH):/usr/local/go/bin
@@ -110,7 +110,7 @@ bench-distribution:
 bench-results:
 	$(BENCH_DIST) -results integration/bench/RESULTS.md
 
-bench: bench-convert bench-mount bench-distribution bench-deployed
+bench: bench-convert bench-mount bench-distribution bench-deployed bench-pulls
 	$(MAKE) bench-results
 
 # The distribution benchmark deployed as users deploy (issue 24; about 45
@@ -125,6 +125,18 @@ bench: bench-convert bench-mount bench-distribution bench-deployed
 .PHONY: bench-deployed
 BENCH_DEPLOYED_FLAGS ?=
 bench-deployed: ; $(GO) run ./integration/bench/deployed $(BENCH_DEPLOYED_FLAGS)
+
+# Plain pulls through the peers' mirrors (issue 21; about 15 minutes, as
+# root): docker-registry with an ordinary gzip OCI image (the Debian
+# image's layers and two of 200 MiB, 624 MiB), damselfly scheduler, and
+# per node a damselfly peer, each in its own network namespace with its
+# link capped by tc at 200 Mbit/s; 1, 4 and 8 nodes run skopeo copy from
+# their own mirror at once, P2P and with no P2P in the same run. Writes
+# integration/bench/out/pulls.{json,md}.
+# Flags, e.g. BENCH_PULLS_FLAGS="-nodes 4,8 -runs 3": go run ./integration/bench/pulls -h
+.PHONY: bench-pulls
+BENCH_PULLS_FLAGS ?=
+bench-pulls: ; $(GO) run ./integration/bench/pulls $(BENCH_PULLS_FLAGS)
 
 # Load soak (issue 7; 10 minutes plus setup, as root): a docker-registry,
 # a scheduler, 3 peer daemons with node caches a quarter of the working

@@ -43,6 +43,10 @@
 //   - image.go puts generated images (rafs/sample, rafs/rafstest) into a
 //     registry: an OCI layout and umoci's reference unpacking of it, the
 //     plain image pushed as it is, the RAFS conversion by the binary.
+//   - linkstat.go and procstat.go are what benchmarks measure: the
+//     bytes a host's link carried (ReadLink, from `ip -s -j` in its
+//     namespace) and a process's CPU-seconds (ReadProcCPU,
+//     Proc.CPUSeconds, from /proc/PID/stat).
 //   - report.go writes a report as NAME.json and NAME.md side by side,
 //     and the markdown table cells the benchmark reports share.
 //
