@@ -338,8 +338,15 @@ func (s *Source) resolveRound(ctx context.Context, up registry.Ref, lv *live, wa
 			}
 			progress = true
 		}
+		var shunned []uint32
 		for _, p := range rt.Parents {
 			if p.Info.ID == s.h.ID() || len(p.Chunks) == 0 {
+				continue
+			}
+			if s.eng.Avoided(p.Info.ID) {
+				// A peer this node caught lying or stalling: its pieces
+				// come from the origin instead.
+				shunned = append(shunned, p.Chunks...)
 				continue
 			}
 			s.eng.Learn(key, p.Info, p.Chunks)
@@ -347,6 +354,12 @@ func (s *Source) resolveRound(ctx context.Context, up registry.Ref, lv *live, wa
 			if s.fetchAssigned(ctx, lv, p) > 0 {
 				progress = true
 			}
+		}
+		if len(shunned) > 0 {
+			if err := s.fetchBlind(ctx, up, lv, shunned); err != nil {
+				return false, 0, err
+			}
+			progress = true
 		}
 		pause := routeRetry
 		for _, w := range rt.Wait {
@@ -536,7 +549,18 @@ func (s *Source) failLive(lv *live, why error) {
 	lv.mu.Lock()
 	sus := &suspicion{digests: append([]rafs.Digest(nil), lv.digests...), from: append([]lpeer.ID(nil), lv.from...), at: time.Now()}
 	lv.mu.Unlock()
+	s.markSuspect(lv.t.Blob, sus)
+	s.log.Warn("plain blob pulled live failed; dropped, and read from the origin next", "blob", lv.t.Blob, "err", why)
+}
+
+// markSuspect sends the next pull of blob on this node to the origin;
+// sus, when not nil, is what a failed live pull was told, for convict.
+func (s *Source) markSuspect(blob rafs.Digest, sus *suspicion) {
+	if sus == nil {
+		sus = &suspicion{at: time.Now()}
+	}
 	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
 	if len(s.suspects) >= maxSuspects {
 		for b, o := range s.suspects {
 			if time.Since(o.at) > time.Hour || len(s.suspects) >= maxSuspects {
@@ -544,9 +568,7 @@ func (s *Source) failLive(lv *live, why error) {
 			}
 		}
 	}
-	s.suspects[lv.t.Blob] = sus
-	s.liveMu.Unlock()
-	s.log.Warn("plain blob pulled live failed; dropped, and read from the origin next", "blob", lv.t.Blob, "err", why)
+	s.suspects[blob] = sus
 }
 
 // suspect reports whether blob's last live pull on this node failed.

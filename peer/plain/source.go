@@ -158,10 +158,10 @@ func (s *Source) lookup(blob rafs.Digest) ([]byte, bool) {
 // piece, as the Router names them (or, without a Router, as the node
 // learnt them recently), or the table of a live pull (live.go) when the
 // blob is being pulled by others (or this node) at this moment and nobody
-// has it whole. A peer that answers with a broken table is avoided. nil
-// means: pass the blob through from the origin, recording it; so it is
-// without a scheduler and nobody known to hold the blob, and for a blob
-// whose last live pull here failed its digest.
+// has it whole, or no scheduler answers. A peer that answers with a
+// broken table is avoided. nil means: pass the blob through from the
+// origin, recording it; so it is for a blob whose last live pull here
+// failed, and when no live pull can be made (no size from the origin).
 func (s *Source) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Digest, askPeers bool) (*piece.Table, bool) {
 	if t := s.tables.get(blob); t != nil {
 		return t, true
@@ -233,6 +233,14 @@ func (s *Source) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Dige
 		s.tables.setPending(blob, tableSource{t: t, peer: p.ID, assigned: assigned, at: time.Now()})
 		return t, false
 	}
+	// No table to read through (no scheduler answered in time, or the
+	// holders' tables could not be had): pull live all the same, so that
+	// the pieces this node fetches are shared, and the Router is asked
+	// again piece by piece. Only when that cannot be made does the blob
+	// pass through.
+	if lv := s.startLive(ctx, up, blob, false, nil, ""); lv != nil {
+		return lv.t, false
+	}
 	return nil, false
 }
 
@@ -259,6 +267,9 @@ func (s *Source) SettleTable(blob rafs.Digest, t *piece.Table, matched bool) {
 		return
 	}
 	s.forget(blob, t)
+	// The retry goes to the origin: a live pull now could meet the same
+	// table again from another holder of its pieces.
+	s.markSuspect(blob, nil)
 	if !fromPeer {
 		s.log.Error("a verified piece table read a blob that fails its digest", "blob", blob)
 		return
