@@ -68,13 +68,13 @@ func (b *rig) runOnce(ctx context.Context, nt *net, mode, workload string, run i
 	ctx, cancel := context.WithTimeout(ctx, b.o.runTimeout)
 	defer cancel()
 
-	originBase, err := readLink(ctx, nt.origin.Netns())
+	originBase, err := harness.ReadLink(ctx, nt.origin.Netns())
 	if err != nil {
 		return nil, err
 	}
-	nodeBase := make([]linkBytes, len(nt.nodes))
+	nodeBase := make([]harness.LinkBytes, len(nt.nodes))
 	for i, h := range nt.nodes {
-		if nodeBase[i], err = readLink(ctx, h.Netns()); err != nil {
+		if nodeBase[i], err = harness.ReadLink(ctx, h.Netns()); err != nil {
 			return nil, err
 		}
 	}
@@ -139,13 +139,13 @@ func (b *rig) runOnce(ctx context.Context, nt *net, mode, workload string, run i
 	if r.Registry, err = cpuOf(d.registry.Proc()); err != nil {
 		return nil, err
 	}
-	end, err := readLink(ctx, nt.origin.Netns())
+	end, err := harness.ReadLink(ctx, nt.origin.Netns())
 	if err != nil {
 		return nil, err
 	}
 	r.OriginTx = end.Tx - originBase.Tx
 	for i, h := range nt.nodes {
-		c, err := readLink(ctx, h.Netns())
+		c, err := harness.ReadLink(ctx, h.Netns())
 		if err != nil {
 			return nil, err
 		}
@@ -177,7 +177,7 @@ func cpuOf(p *harness.Proc) (float64, error) {
 	if p.Exited() {
 		return 0, fmt.Errorf("%s exited during the run: %v", p.Name(), p.Err())
 	}
-	c, err := readProcCPU(p.Pid())
+	c, err := harness.ReadProcCPU(p.Pid())
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", p.Name(), err)
 	}
