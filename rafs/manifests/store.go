@@ -90,6 +90,14 @@ type Options struct {
 	Log *slog.Logger
 }
 
+// Hooks hear of what the store comes to hold and stops holding, by Name,
+// so that peers can be told (peer/manifestshare). They are called
+// without the store's lock held, and must not block.
+type Hooks struct {
+	Added   func(name string) // a manifest or a tag resolution was kept
+	Dropped func(name string) // one was evicted, dropped as damaged or forgotten
+}
+
 // Store is a directory of manifests and tag resolutions.
 type Store struct {
 	dir  string
@@ -100,6 +108,13 @@ type Store struct {
 	byKey map[string]*list.Element // file name -> element
 	bytes int64
 	tags  map[string]Tag // file name -> resolution
+	hooks Hooks
+	// tagMu orders KeepTag's check-then-write, so that an older
+	// resolution never overwrites a younger one.
+	tagMu sync.Mutex
+	// gone are names removed under mu, for the Dropped hook once mu is
+	// released (unlock).
+	gone []string
 }
 
 type entry struct {
@@ -185,7 +200,7 @@ func (s *Store) load() error {
 	for _, de := range ents {
 		p := filepath.Join(s.dir, "t", de.Name())
 		t, err := readTag(p)
-		if err != nil || de.Name() != key(t.Registry, t.Repo, t.Tag) {
+		if err != nil || de.Name() != Name(t.Registry, t.Repo, t.Tag) {
 			s.opts.Log.Warn("manifest store: dropping a damaged tag file", "file", p, "err", err)
 			os.RemoveAll(p)
 			continue
@@ -193,7 +208,7 @@ func (s *Store) load() error {
 		s.tags[de.Name()] = t
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	s.evictLocked()
 	return nil
 }
@@ -222,8 +237,9 @@ func readTag(p string) (Tag, error) {
 	return t, nil
 }
 
-// key names the file of (registry, repo, digest or tag).
-func key(registry, repo, object string) string {
+// Name names (registry, repo, digest or tag): its file in the store, and
+// how peers and hooks speak of it. Clients' names never become paths.
+func Name(registry, repo, object string) string {
 	h := sha256.Sum256([]byte(registry + "\x00" + repo + "\x00" + object))
 	return hex.EncodeToString(h[:])
 }
@@ -278,12 +294,11 @@ func (s *Store) Put(registry, repo string, m Manifest) error {
 	buf.Write(hdr)
 	buf.WriteByte('\n')
 	buf.Write(m.Body)
-	name := key(registry, repo, m.Digest)
+	name := Name(registry, repo, m.Digest)
 	if err := writeAtomic(filepath.Join(s.dir, "m"), name, buf.Bytes()); err != nil {
 		return fmt.Errorf("manifest %s: %w", m.Digest, err)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if el, ok := s.byKey[name]; ok {
 		s.bytes -= el.Value.(*entry).size
 		s.lru.Remove(el)
@@ -291,6 +306,11 @@ func (s *Store) Put(registry, repo string, m Manifest) error {
 	s.byKey[name] = s.lru.PushFront(&entry{name, int64(buf.Len())})
 	s.bytes += int64(buf.Len())
 	s.evictLocked()
+	kept := s.byKey[name] != nil
+	s.unlock()
+	if kept {
+		s.added(name)
+	}
 	return nil
 }
 
@@ -298,7 +318,7 @@ func (s *Store) Put(registry, repo string, m Manifest) error {
 // file names it and its body has that digest. A file that fails is
 // removed and ErrCorrupt returned.
 func (s *Store) Get(registry, repo, digest string) (Manifest, error) {
-	name := key(registry, repo, digest)
+	name := Name(registry, repo, digest)
 	s.mu.Lock()
 	el, ok := s.byKey[name]
 	if ok {
@@ -363,7 +383,7 @@ func readManifest(p, registry, repo, digest string) (Manifest, error) {
 // drop forgets and removes the manifest file name.
 func (s *Store) drop(name string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if el, ok := s.byKey[name]; ok {
 		s.removeLocked(el)
 	}
@@ -375,6 +395,51 @@ func (s *Store) removeLocked(el *list.Element) {
 	delete(s.byKey, e.name)
 	s.bytes -= e.size
 	os.Remove(filepath.Join(s.dir, "m", e.name))
+	s.gone = append(s.gone, e.name)
+}
+
+// unlock releases mu, then tells the Dropped hook what went while it
+// was held.
+func (s *Store) unlock() {
+	gone, dropped := s.gone, s.hooks.Dropped
+	s.gone = nil
+	s.mu.Unlock()
+	if dropped != nil {
+		for _, n := range gone {
+			dropped(n)
+		}
+	}
+}
+
+// added tells the Added hook of name.
+func (s *Store) added(name string) {
+	s.mu.Lock()
+	f := s.hooks.Added
+	s.mu.Unlock()
+	if f != nil {
+		f(name)
+	}
+}
+
+// SetHooks sets the hooks (zero Hooks: none).
+func (s *Store) SetHooks(h Hooks) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hooks = h
+}
+
+// Names returns the Name of every manifest and tag resolution held.
+func (s *Store) Names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.byKey)+len(s.tags))
+	for n := range s.byKey {
+		out = append(out, n)
+	}
+	for n := range s.tags {
+		out = append(out, n)
+	}
+	return out
 }
 
 // evictLocked brings the store within its bounds.
@@ -394,49 +459,71 @@ func (s *Store) evictLocked() {
 	for _, n := range names[:len(names)-maxTags] {
 		delete(s.tags, n)
 		os.Remove(filepath.Join(s.dir, "t", n))
+		s.gone = append(s.gone, n)
 	}
 }
 
 // SetTag records that tag of repo at registry resolved to digest now.
 func (s *Store) SetTag(registry, repo, tag, digest string) error {
-	if !validDigest(digest) {
-		return fmt.Errorf("tag %s: digest %q not kept", tag, digest)
+	_, err := s.KeepTag(Tag{Registry: registry, Repo: repo, Tag: tag, Digest: digest, At: s.opts.Now().UTC()})
+	return err
+}
+
+// KeepTag records the resolution t (a peer's, with the time it was made)
+// unless the store holds a younger one of the same tag; it says whether
+// t was kept.
+func (s *Store) KeepTag(t Tag) (bool, error) {
+	if !validDigest(t.Digest) {
+		return false, fmt.Errorf("tag %s: digest %q not kept", t.Tag, t.Digest)
 	}
-	t := Tag{Registry: registry, Repo: repo, Tag: tag, Digest: digest, At: s.opts.Now().UTC()}
+	t.At = t.At.UTC()
+	name := Name(t.Registry, t.Repo, t.Tag)
+	s.tagMu.Lock()
+	defer s.tagMu.Unlock()
+	s.mu.Lock()
+	old, had := s.tags[name]
+	s.mu.Unlock()
+	if had && !t.At.After(old.At) {
+		return false, nil
+	}
 	b, err := json.Marshal(t)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if len(magicT)+len(b) > maxTagFile {
-		return fmt.Errorf("tag %s: record over %d bytes", tag, maxTagFile)
+		return false, fmt.Errorf("tag %s: record over %d bytes", t.Tag, maxTagFile)
 	}
-	name := key(registry, repo, tag)
 	if err := writeAtomic(filepath.Join(s.dir, "t"), name, append([]byte(magicT), b...)); err != nil {
-		return fmt.Errorf("tag %s: %w", tag, err)
+		return false, fmt.Errorf("tag %s: %w", t.Tag, err)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.tags[name] = t
 	s.evictLocked()
-	return nil
+	_, kept := s.tags[name]
+	s.unlock()
+	if kept {
+		s.added(name)
+	}
+	return kept, nil
 }
 
 // Tag returns tag's last recorded resolution in repo at registry.
 func (s *Store) Tag(registry, repo, tag string) (Tag, bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.tags[key(registry, repo, tag)]
+	defer s.unlock()
+	t, ok := s.tags[Name(registry, repo, tag)]
 	return t, ok
 }
 
 // DropTag forgets tag (the registry said it is gone).
 func (s *Store) DropTag(registry, repo, tag string) {
-	name := key(registry, repo, tag)
+	name := Name(registry, repo, tag)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if _, ok := s.tags[name]; ok {
 		delete(s.tags, name)
 		os.Remove(filepath.Join(s.dir, "t", name))
+		s.gone = append(s.gone, name)
 	}
 }
 
@@ -450,7 +537,7 @@ type Stats struct {
 // Stats returns what the store holds.
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	return Stats{Manifests: s.lru.Len(), Bytes: s.bytes, Tags: len(s.tags)}
 }
 

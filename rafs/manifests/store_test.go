@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -99,7 +100,7 @@ func TestCorruptFiles(t *testing.T) {
 			if err := s.Put("https://r", "team/app", m); err != nil {
 				t.Fatal(err)
 			}
-			p := filepath.Join(dir, "m", key("https://r", "team/app", m.Digest))
+			p := filepath.Join(dir, "m", Name("https://r", "team/app", m.Digest))
 			b, err := os.ReadFile(p)
 			if err != nil {
 				t.Fatal(err)
@@ -153,8 +154,8 @@ func TestOpenDropsStrangers(t *testing.T) {
 	}
 	// v2's record moved under v1's name: a tag file must be named for
 	// what it holds.
-	v1 := filepath.Join(dir, "t", key("https://r", "a", "v1"))
-	v2 := filepath.Join(dir, "t", key("https://r", "a", "v2"))
+	v1 := filepath.Join(dir, "t", Name("https://r", "a", "v1"))
+	v2 := filepath.Join(dir, "t", Name("https://r", "a", "v2"))
 	b, _ := os.ReadFile(v2)
 	os.WriteFile(v1, b, 0o600)
 	os.WriteFile(filepath.Join(dir, "m", ".tmp-123"), []byte("half"), 0o600)
@@ -258,4 +259,73 @@ func reopenWith(t *testing.T, dir string, o Options) *Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+func TestKeepTagKeepsTheYoungest(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var added, dropped []string
+	st.SetHooks(Hooks{
+		Added:   func(n string) { added = append(added, n) },
+		Dropped: func(n string) { dropped = append(dropped, n) },
+	})
+	d1, d2 := Digest([]byte("one")), Digest([]byte("two"))
+	at := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	if ok, err := st.KeepTag(Tag{Registry: "r", Repo: "a", Tag: "v1", Digest: d1, At: at}); !ok || err != nil {
+		t.Fatalf("first resolution: kept %v, %v", ok, err)
+	}
+	if ok, err := st.KeepTag(Tag{Registry: "r", Repo: "a", Tag: "v1", Digest: d2, At: at.Add(-time.Minute)}); ok || err != nil {
+		t.Fatalf("older resolution: kept %v, %v; want not kept", ok, err)
+	}
+	if got, _ := st.Tag("r", "a", "v1"); got.Digest != d1 || !got.At.Equal(at) {
+		t.Fatalf("after an older one: %+v, want %s at %v", got, d1, at)
+	}
+	if ok, err := st.KeepTag(Tag{Registry: "r", Repo: "a", Tag: "v1", Digest: d2, At: at.Add(time.Minute)}); !ok || err != nil {
+		t.Fatalf("younger resolution: kept %v, %v", ok, err)
+	}
+	if got, _ := st.Tag("r", "a", "v1"); got.Digest != d2 {
+		t.Fatalf("after a younger one: %+v, want %s", got, d2)
+	}
+	name := Name("r", "a", "v1")
+	if len(added) != 2 || added[0] != name || added[1] != name {
+		t.Fatalf("Added heard %v, want %s twice", added, name)
+	}
+	if _, err := st.KeepTag(Tag{Registry: "r", Repo: "a", Tag: "v2", Digest: "sha256:bad", At: at}); err == nil {
+		t.Fatal("a bad digest was kept")
+	}
+	st.DropTag("r", "a", "v1")
+	if len(dropped) != 1 || dropped[0] != name {
+		t.Fatalf("Dropped heard %v, want %s", dropped, name)
+	}
+	if n := st.Names(); len(n) != 0 {
+		t.Fatalf("Names after dropping every tag: %v", n)
+	}
+}
+
+func TestHooksHearManifestsKeptAndEvicted(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var added, dropped []string
+	st.SetHooks(Hooks{
+		Added:   func(n string) { added = append(added, n) },
+		Dropped: func(n string) { dropped = append(dropped, n) },
+	})
+	m1 := Manifest{Digest: Digest([]byte("{1}")), Body: []byte("{1}")}
+	m2 := Manifest{Digest: Digest([]byte("{2}")), Body: []byte("{2}")}
+	for _, m := range []Manifest{m1, m2} {
+		if err := st.Put("r", "a", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n1, n2 := Name("r", "a", m1.Digest), Name("r", "a", m2.Digest)
+	if !slices.Equal(added, []string{n1, n2}) || !slices.Equal(dropped, []string{n1}) {
+		t.Fatalf("added %v dropped %v; want [%s %s] and [%s]", added, dropped, n1, n2, n1)
+	}
+	if got := st.Names(); !slices.Equal(got, []string{n2}) {
+		t.Fatalf("Names %v, want [%s]", got, n2)
+	}
 }
