@@ -117,6 +117,12 @@ func verdictKey(ref registry.Ref, kind, object string) string {
 	return ref.Registry + "|" + ref.Repo + "|" + kind + "|" + object + "|" + credHash(ref.Authorization)
 }
 
+// repoKey names the verdict that the registry gave some manifest of
+// ref's repository to ref's credentials (manifests.go says why).
+func repoKey(ref registry.Ref) string {
+	return ref.Registry + "|" + ref.Repo + "|repository||" + credHash(ref.Authorization)
+}
+
 // authorize decides whether the client whose credentials ref carries may
 // have object (kind "blobs" or "manifests") of ref.Repo at ref.Registry
 // (normalised by the caller). grant is the client's chunkapi.HeaderGrant, if any.
@@ -137,6 +143,12 @@ func (g *gate) authorize(ctx context.Context, ref registry.Ref, kind, object, gr
 	if known && v.code == http.StatusOK && now.Sub(v.at) < g.stale {
 		return decision{allowed: true, how: "stale", err: err}
 	}
+	// A refusal the registry gave for this very object stands.
+	if kind == "manifests" && (!known || v.code == http.StatusOK) {
+		if rv, ok := g.verdicts.Get(repoKey(ref)); ok && now.Sub(rv.at) < g.stale {
+			return decision{allowed: true, how: "stale", err: err}
+		}
+	}
 	if grant != "" && g.validGrant(grant, ref, kind, object) {
 		return decision{allowed: true, how: "grant", err: err}
 	}
@@ -146,7 +158,11 @@ func (g *gate) authorize(ctx context.Context, ref registry.Ref, kind, object, gr
 // allow remembers that the registry gave object to ref's credentials: it
 // answered 200 to their request, passed through, as it would a check.
 func (g *gate) allow(ref registry.Ref, kind, object string) {
-	g.verdicts.Add(verdictKey(ref, kind, object), verdict{code: http.StatusOK, at: g.now()})
+	v := verdict{code: http.StatusOK, at: g.now()}
+	g.verdicts.Add(verdictKey(ref, kind, object), v)
+	if kind == "manifests" {
+		g.verdicts.Add(repoKey(ref), v)
+	}
 }
 
 // life is how long v is used without asking again.
@@ -190,6 +206,9 @@ func (g *gate) ask(ctx context.Context, key string, ref registry.Ref, kind, obje
 		}
 		v := verdict{code: code, challenge: challenge, at: g.now()}
 		g.verdicts.Add(key, v)
+		if kind == "manifests" && code == http.StatusOK {
+			g.verdicts.Add(repoKey(ref), v)
+		}
 		g.mu.Lock()
 		delete(g.down, ref.Registry)
 		g.mu.Unlock()

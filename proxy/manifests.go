@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -38,9 +39,29 @@ const HeaderStale = "X-Damselfly-Stale"
 //     that gets 503 saying so. With nothing stored, the origin's failure
 //     goes to the client as before.
 //
-// Later, peers may answer for a manifest the node does not hold: by
-// digest as freely as the node (the digest is checked), by tag through
-// the youngest resolution in the cluster.
+// Peers (WithManifestPeers) answer for what the node's store lacks, once
+// the client has passed the gate: by digest, a manifest a peer holds of
+// the same repository (its digest checked); by tag, the youngest
+// resolution among the peers asked and the node's own, with its age
+// since the origin made it, so the same staleness bound applies.
+//
+// The gate's verdicts are per object, but a registry grants pulls per
+// repository: while the origin cannot be reached, a client the registry
+// gave any manifest of a repository (within AuthStale) may have the
+// repository's other manifests from the store and from peers, which hold
+// them per repository. So a tag whose resolution moved on at another node
+// can be followed to its new digest. Blobs keep per-object verdicts.
+
+// ManifestPeers finds what the node's manifest store lacks on other peers
+// of the cluster (peer/manifestshare.Share). What it returns has been
+// verified and kept in the store.
+type ManifestPeers interface {
+	// Manifest returns manifest digest of repo at registry from a peer.
+	Manifest(ctx context.Context, registry, repo, digest string) (manifests.Manifest, error)
+	// Tag returns the youngest resolution of tag in repo at registry
+	// that the peers asked hold, dated when the origin made it.
+	Tag(ctx context.Context, registry, repo, tag string) (manifests.Tag, error)
+}
 
 // serveManifest answers a manifest GET or HEAD for object (a tag or a
 // digest) and says what served it.
@@ -115,8 +136,14 @@ func (s *Server) serveStoredManifest(w http.ResponseWriter, r *http.Request, ref
 	}
 	digest, byTag := object, !registry.ValidDigest(object)
 	var age time.Duration
+	fromPeers := false
 	if byTag {
 		t, ok := s.manifests.Tag(ref.Registry, ref.Repo, object)
+		if s.mpeers != nil {
+			if pt, err := s.mpeers.Tag(r.Context(), ref.Registry, ref.Repo, object); err == nil && (!ok || pt.At.After(t.At)) {
+				t, ok, fromPeers = pt, true, true
+			}
+		}
 		if !ok {
 			return "", false
 		}
@@ -130,11 +157,20 @@ func (s *Server) serveStoredManifest(w http.ResponseWriter, r *http.Request, ref
 		digest = t.Digest
 	}
 	m, err := s.manifests.Get(ref.Registry, ref.Repo, digest)
+	if err != nil && !errors.Is(err, manifests.ErrNotFound) {
+		s.log.Warn("stored manifest dropped", "registry", ref.Registry, "repo", ref.Repo, "digest", digest, "err", err)
+	}
+	if err != nil && s.mpeers != nil {
+		m, err = s.mpeers.Manifest(r.Context(), ref.Registry, ref.Repo, digest)
+		fromPeers = err == nil
+	}
 	if err != nil {
-		if !errors.Is(err, manifests.ErrNotFound) {
-			s.log.Warn("stored manifest dropped", "registry", ref.Registry, "repo", ref.Repo, "digest", digest, "err", err)
-		}
 		return "", false
+	}
+	if byTag {
+		// The client will ask for the digest next (containerd resolves a
+		// tag with HEAD, then GETs the digest): it may have it.
+		s.gate.allow(ref, "manifests", m.Digest)
 	}
 	h := w.Header()
 	if m.MediaType != "" {
@@ -149,11 +185,14 @@ func (s *Server) serveStoredManifest(w http.ResponseWriter, r *http.Request, ref
 		h.Set(HeaderStale, age.Round(time.Second).String())
 		served, by = ServedNodeStale, "tag"
 	}
+	if fromPeers {
+		served = ServedPeers
+	}
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodGet {
 		w.Write(m.Body)
 	}
 	s.m.storedServed.WithLabelValues(by).Inc()
-	s.log.Info("manifest served from the node's store: origin unreachable", "registry", ref.Registry, "repo", ref.Repo, "ref", object, "digest", m.Digest, "tag_age", age.Round(time.Second))
+	s.log.Info("manifest served from the cluster: origin unreachable", "registry", ref.Registry, "repo", ref.Repo, "ref", object, "digest", m.Digest, "tag_age", age.Round(time.Second), "from_peers", fromPeers)
 	return served, true
 }

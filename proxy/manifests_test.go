@@ -131,10 +131,15 @@ func TestManifestsThroughOutage(t *testing.T) {
 			_, upHdr, _ := e.do(t, http.MethodGet, byDigest, nil)
 
 			setDown(e.reg, mode)
-			// A tag this client was never given: the gate's refusal,
-			// whether or not the node holds anything for it.
-			if code, _, body := e.do(t, http.MethodGet, "/v2/team/app/manifests/v9", nil); code != http.StatusForbidden || !strings.Contains(string(body), "could not be asked") {
-				t.Errorf("outage, tag never resolved: got %d %s, want 403 saying the registry could not be asked", code, body)
+			// A repository this client was never given anything of: the
+			// gate's refusal, whether or not the node holds anything.
+			if code, _, body := e.do(t, http.MethodGet, "/v2/team/other/manifests/v1", nil); code != http.StatusForbidden || !strings.Contains(string(body), "could not be asked") {
+				t.Errorf("outage, repository never allowed: got %d %s, want 403 saying the registry could not be asked", code, body)
+			}
+			// A tag of a repository it was given manifests of, that the
+			// node never resolved: the origin's failure, as without a store.
+			if code, _, body := e.do(t, http.MethodGet, "/v2/team/app/manifests/v9", nil); code < 500 {
+				t.Errorf("outage, tag never resolved: got %d %s, want the origin's 5xx", code, body)
 			}
 			for _, tt := range []struct {
 				path, method string
@@ -393,5 +398,92 @@ func TestBlobHeadThroughOutage(t *testing.T) {
 	// A blob the node cannot serve: the origin's failure, as before.
 	if code, _, _ := e.do(t, http.MethodHead, "/v2/private/app/blobs/"+other.String(), alice); code != http.StatusServiceUnavailable {
 		t.Errorf("outage, a blob without a table: got %d, want the origin's 503", code)
+	}
+}
+
+// fakePeers answers from a store of its own, as other peers would.
+type fakePeers struct {
+	st    *manifests.Store
+	mu    sync.Mutex
+	asked []string
+}
+
+func (f *fakePeers) note(what string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, what)
+}
+
+func (f *fakePeers) Manifest(ctx context.Context, registry, repo, digest string) (manifests.Manifest, error) {
+	f.note(repo + "@" + digest)
+	return f.st.Get(registry, repo, digest)
+}
+
+func (f *fakePeers) Tag(ctx context.Context, registry, repo, tag string) (manifests.Tag, error) {
+	f.note(repo + ":" + tag)
+	t, ok := f.st.Tag(registry, repo, tag)
+	if !ok {
+		return t, errors.New("no peer holds it")
+	}
+	return t, nil
+}
+
+// Through an outage, peers answer what the node lacks: the youngest
+// resolution of a tag (here one the node never saw, pushed after its own
+// resolution), and a manifest of a repository the client was given.
+func TestManifestsFromPeersThroughOutage(t *testing.T) {
+	t.Parallel()
+	pst, err := manifests.Open(t.TempDir(), manifests.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := &fakePeers{st: pst}
+	e, _, clk := manifestEnv(t, envOptions{opts: []proxy.Option{proxy.WithManifestPeers(peers)}})
+	first, _, _ := e.reg.PushImage(t, "app", "latest")
+	clk.set(-30 * time.Minute) // this node resolves the tag "30 minutes ago"
+	if code, _, _ := e.do(t, http.MethodGet, "/v2/app/manifests/latest", nil); code != http.StatusOK {
+		t.Fatalf("registry up: got %d", code)
+	}
+	// Another node resolves the tag after a new push; this one does not.
+	second, d2, _ := e.reg.PushImage(t, "app", "latest")
+	third, d3, _ := e.reg.PushImage(t, "app", "v3")
+	reg := e.reg.URL
+	for _, m := range [][]byte{second, third} {
+		if err := pst.Put(reg, "app", manifests.Manifest{MediaType: "application/vnd.oci.image.manifest.v1+json", Digest: manifests.Digest(m), Body: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resolved := time.Now().Add(-10 * time.Minute)
+	if _, err := pst.KeepTag(manifests.Tag{Registry: reg, Repo: "app", Tag: "latest", Digest: d2, At: resolved}); err != nil {
+		t.Fatal(err)
+	}
+	if len(peers.asked) != 0 {
+		t.Fatalf("peers asked while the registry answers: %v", peers.asked)
+	}
+
+	setDown(e.reg, down503)
+	code, hdr, body := e.do(t, http.MethodGet, "/v2/app/manifests/latest", nil)
+	if code != http.StatusOK || !bytes.Equal(body, second) || bytes.Equal(body, first) {
+		t.Fatalf("outage, by tag: got %d, want the peers' younger resolution", code)
+	}
+	if age, err := time.ParseDuration(hdr.Get(proxy.HeaderStale)); err != nil || age < 9*time.Minute || age > time.Hour {
+		t.Errorf("outage, by tag: %s %q, want the peers' resolution's age (~10m)", proxy.HeaderStale, hdr.Get(proxy.HeaderStale))
+	}
+	if p := lastPull(t, e); p.Served != proxy.ServedPeers {
+		t.Errorf("outage, by tag: served %q, want %q", p.Served, proxy.ServedPeers)
+	}
+	for _, d := range []string{d2, d3} {
+		if code, _, body := e.do(t, http.MethodGet, "/v2/app/manifests/"+d, nil); code != http.StatusOK || manifests.Digest(body) != d {
+			t.Errorf("outage, by digest %s held by peers: got %d", d, code)
+		}
+	}
+	// A repository this client was never given anything of: refused
+	// before any peer is asked.
+	before := len(peers.asked)
+	if code, _, _ := e.do(t, http.MethodGet, "/v2/secret/manifests/"+d2, nil); code != http.StatusForbidden {
+		t.Errorf("outage, a repository never allowed: got %d, want 403", code)
+	}
+	if len(peers.asked) != before {
+		t.Errorf("peers asked for a refused client: %v", peers.asked[before:])
 	}
 }

@@ -20,7 +20,9 @@ const (
 	// from the node's manifest store, through the tag's last resolution
 	// (within Config.ManifestStale; the response carries HeaderStale).
 	ServedNodeStale = "node-stale"
-	// ServedPeers: a blob from pieces through a table from a peer.
+	// ServedPeers: a blob from pieces through a table from a peer, or,
+	// the origin being unreachable, a manifest or tag resolution other
+	// peers held (WithManifestPeers).
 	ServedPeers = "peers"
 	// ServedUnreachable: passed through, but the origin did not answer
 	// (the client got 502 or 504 from the mirror).

@@ -32,6 +32,11 @@ func WithBlobs(bs BlobSource) Option { return func(s *Server) { s.blobs = bs } }
 // Without it manifests only pass through.
 func WithManifests(st *manifests.Store) Option { return func(s *Server) { s.manifests = st } }
 
+// WithManifestPeers has the mirror ask other peers, through mp, for the
+// manifests and tag resolutions its store lacks while the origin cannot
+// be reached (manifests.go). It needs WithManifests.
+func WithManifestPeers(mp ManifestPeers) Option { return func(s *Server) { s.mpeers = mp } }
+
 // WithStatus serves GET /status as the JSON of what status returns (the
 // peer daemon's state, for "damselfly peer status").
 func WithStatus(status func() any) Option { return func(s *Server) { s.status = status } }
@@ -51,6 +56,7 @@ type Server struct {
 	gate   *gate
 
 	manifests *manifests.Store // kept for outages; nil: none kept
+	mpeers    ManifestPeers    // asked for what manifests lacks; nil: none
 
 	mu  sync.Mutex
 	lns []net.Listener

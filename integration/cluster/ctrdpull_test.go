@@ -21,10 +21,10 @@ import (
 // layers' pieces as they land), and `ctr run` of the image prints what
 // its program prints. With the registry stopped, a fourth containerd
 // with a fresh root pulls the same tag from the cluster and runs it: it
-// uses node a's mirror (its hosts directory), because a peer serves
-// manifests only from its own node's cache (it does not yet fetch them
-// from other peers), so "the cluster" here is a peer that holds the
-// image. With the registry back and every peer stopped, a fifth
+// uses node a's mirror (its hosts directory): while the registry cannot
+// be asked, a node serves only clients the registry allowed through it
+// before, so a node the image never went through answers 403 (manifests
+// from other peers: TestManifestsFromPeersInOutage). With the registry back and every peer stopped, a fifth
 // containerd pulls through the same hosts directory, falls back to the
 // registry as hosts.toml says, and runs the image.
 func TestContainerdPullsThroughMirror(t *testing.T) {

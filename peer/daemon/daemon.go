@@ -17,6 +17,7 @@ import (
 	"damselfly/peer/exchange"
 	"damselfly/peer/fetch"
 	dhost "damselfly/peer/host"
+	"damselfly/peer/manifestshare"
 	"damselfly/peer/plain"
 	"damselfly/peer/preheat"
 	"damselfly/proxy"
@@ -154,8 +155,17 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
+	// Other peers answer for the manifests this node lacks, and this one
+	// for theirs, while the origin cannot be reached.
+	var shareRouter manifestshare.Router
+	if d.sched != nil {
+		shareRouter = d.sched
+	}
+	share := manifestshare.New(d.host, mstore, shareRouter, manifestshare.Config{}, log.With("part", "manifests"))
+	d.onClose(share.Close)
 	if d.proxy, err = proxy.New(pcfg, d.node, d.up, d.reg, log.With("part", "proxy"),
-		proxy.WithBlobs(d.node.Plain()), proxy.WithManifests(mstore), proxy.WithStatus(func() any { return d.Status() })); err != nil {
+		proxy.WithBlobs(d.node.Plain()), proxy.WithManifests(mstore), proxy.WithManifestPeers(share),
+		proxy.WithStatus(func() any { return d.Status() })); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	if err = d.proxy.Listen(); err != nil {
