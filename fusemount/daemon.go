@@ -295,7 +295,14 @@ func (d *Daemon) open(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		img, err := image.Open(ctx, o.Image, image.Options{Transport: o.Transport, MaxBootstrapSize: o.Config.MaxBootstrapBytes})
+		topts := o.Transport
+		if ref.Transport == transport.Docker && cfg.Proxy.URL != "" && topts.Mirror == "" {
+			// The manifest and the bootstrap come through the node's peer
+			// too, so a mount started while the registry is down is
+			// served from the cluster (and falls back as chunks do).
+			topts.Mirror, topts.MirrorOnly = cfg.Proxy.URL, !cfg.Proxy.Fallback
+		}
+		img, err := image.Open(ctx, o.Image, image.Options{Transport: topts, MaxBootstrapSize: o.Config.MaxBootstrapBytes})
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,8 @@ import (
 )
 
 // Scenario 3: the registry goes down while a job on node B reads files
-// node A has read: no read fails. A read of chunks nobody holds fails
+// node A has read: no read fails, and a job mounting the image on B
+// during the outage mounts and reads them too. A read of chunks nobody holds fails
 // only after the configured deadline, with EIO, and works again once the
 // registry is back.
 func TestRegistryOutage(t *testing.T) {
@@ -51,6 +52,19 @@ func TestRegistryOutage(t *testing.T) {
 	t.Logf("measured: registry down: node B read %d files (%d failed) in %s", len(read), len(failed), time.Since(start).Round(time.Millisecond))
 	if len(failed) > 0 {
 		t.Fatalf("node B: %d of %d reads of files node A holds failed with the registry down: %v", len(failed), len(read), failed)
+	}
+
+	// A mount started while the registry is down: its manifest and
+	// bootstrap come through B's peer (which kept them when B's first
+	// mount went through it), its chunks from A.
+	start = time.Now()
+	mb2 := b.mount(im, "advanced:\n  amplify_io: 65536\n  readahead_chunks: 0\n")
+	ready := time.Since(start)
+	failed = mb2.readFiles(im, read)
+	t.Logf("measured: registry down: a new mount on node B was ready in %s and read %d files (%d failed) in %s",
+		ready.Round(time.Millisecond), len(read), len(failed), (time.Since(start) - ready).Round(time.Millisecond))
+	if len(failed) > 0 {
+		t.Fatalf("node B, mounted during the outage: %d of %d reads failed: %v", len(failed), len(read), failed)
 	}
 
 	// Nobody holds the largest file: reading it fails at the mount's 8s

@@ -35,6 +35,15 @@ type Options struct {
 	Transport http.RoundTripper
 	// UserAgent is sent with registry requests when non-empty.
 	UserAgent string
+	// Mirror is the node's peer (http(s)://HOST:PORT, or unix:///path of
+	// its socket): reads of manifests and blobs go through it first,
+	// naming the registry with ?ns=, and directly to the registry when
+	// the peer cannot be reached. Empty: directly. A malformed Mirror
+	// fails the request that would use it.
+	Mirror string
+	// MirrorOnly keeps reads on the Mirror: when it cannot be reached
+	// they fail instead of going to the registry.
+	MirrorOnly bool
 }
 
 // platform returns the platform to resolve indexes to.
@@ -53,10 +62,29 @@ func (o Options) keychain() authn.Keychain {
 }
 
 func (o Options) roundTripper() http.RoundTripper {
+	rt := http.RoundTripper(defaultTransport)
 	if o.Transport != nil {
-		return o.Transport
+		rt = o.Transport
 	}
-	return defaultTransport
+	if o.Mirror == "" {
+		return rt
+	}
+	m, err := newMirrorTransport(o.Mirror, rt)
+	if err != nil {
+		return failingTransport{err}
+	}
+	m.only = o.MirrorOnly
+	return m
+}
+
+// failingTransport fails every request with err.
+type failingTransport struct{ err error }
+
+func (f failingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		r.Body.Close()
+	}
+	return nil, f.err
 }
 
 // defaultTransport is built where every registry client of the project
