@@ -79,6 +79,13 @@ type gate struct {
 
 	mu   sync.Mutex
 	down map[string]time.Time // registry -> not asked again before
+
+	// refs says whether a manifest the node holds of a repository
+	// references a blob (the manifest store); nil: none.
+	refs func(registry, repo, digest string) bool
+	// public asks other peers when the registry last let anonymous
+	// clients pull from a repository; nil: no peers.
+	public func(ctx context.Context, registry, repo, object string) (time.Time, bool)
 }
 
 // verdict is what the registry said of one (registry, repository,
@@ -144,9 +151,15 @@ func (g *gate) authorize(ctx context.Context, ref registry.Ref, kind, object, gr
 		return decision{allowed: true, how: "stale", err: err}
 	}
 	// A refusal the registry gave for this very object stands.
-	if kind == "manifests" && (!known || v.code == http.StatusOK) {
-		if rv, ok := g.verdicts.Get(repoKey(ref)); ok && now.Sub(rv.at) < g.stale {
+	if (!known || v.code == http.StatusOK) && g.repoWide(ref, kind, object) {
+		if rv, ok := g.verdicts.Get(repoKey(ref)); ok && rv.code == http.StatusOK && now.Sub(rv.at) < g.stale {
 			return decision{allowed: true, how: "stale", err: err}
+		}
+		if ref.Authorization == "" && g.public != nil {
+			if at, ok := g.public(ctx, ref.Registry, ref.Repo, object); ok && now.Sub(at) < g.stale {
+				g.verdicts.Add(repoKey(ref), verdict{code: http.StatusOK, at: at})
+				return decision{allowed: true, how: "public", err: err}
+			}
 		}
 	}
 	if grant != "" && g.validGrant(grant, ref, kind, object) {
@@ -160,9 +173,25 @@ func (g *gate) authorize(ctx context.Context, ref registry.Ref, kind, object, gr
 func (g *gate) allow(ref registry.Ref, kind, object string) {
 	v := verdict{code: http.StatusOK, at: g.now()}
 	g.verdicts.Add(verdictKey(ref, kind, object), v)
-	if kind == "manifests" {
-		g.verdicts.Add(repoKey(ref), v)
+	g.verdicts.Add(repoKey(ref), v)
+}
+
+// repoWide reports whether a verdict on ref's repository as a whole
+// covers object while the registry cannot be asked: any manifest (the
+// stores key manifests per repository, as the registry served them), and
+// a blob that a manifest held of the repository references.
+func (g *gate) repoWide(ref registry.Ref, kind, object string) bool {
+	return kind == "manifests" || g.refs != nil && g.refs(ref.Registry, ref.Repo, object)
+}
+
+// publicAt is when the registry last let anonymous clients pull from
+// repo at registry, within AuthStale.
+func (g *gate) publicAt(reg, repo string) (time.Time, bool) {
+	v, ok := g.verdicts.Peek(repoKey(registry.Ref{Registry: reg, Repo: repo}))
+	if !ok || v.code != http.StatusOK || g.now().Sub(v.at) >= g.stale {
+		return time.Time{}, false
 	}
+	return v.at, true
 }
 
 // life is how long v is used without asking again.
@@ -206,7 +235,7 @@ func (g *gate) ask(ctx context.Context, key string, ref registry.Ref, kind, obje
 		}
 		v := verdict{code: code, challenge: challenge, at: g.now()}
 		g.verdicts.Add(key, v)
-		if kind == "manifests" && code == http.StatusOK {
+		if code == http.StatusOK {
 			g.verdicts.Add(repoKey(ref), v)
 		}
 		g.mu.Lock()

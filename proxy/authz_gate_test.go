@@ -218,3 +218,63 @@ func TestGateDownBounded(t *testing.T) {
 		t.Errorf("%d registries remembered as down, want at most %d", n, maxDown)
 	}
 }
+
+// While the registry cannot be asked, a client it allowed in a
+// repository may have the blobs a manifest held of that repository
+// references, and anonymous clients a repository peers saw public.
+func TestGateRepositoryWideThroughOutage(t *testing.T) {
+	t.Parallel()
+	reg := &fakeRegistry{codes: map[string]int{"Basic alice": 200, "": 200}}
+	g, clk := newTestGate(reg)
+	ctx := t.Context()
+	alice := registry.Ref{Registry: "https://r", Repo: "team/app", Authorization: "Basic alice"}
+	referenced := map[string]bool{testBlob: true}
+	g.refs = func(r, repo, d string) bool { return r == alice.Registry && repo == alice.Repo && referenced[d] }
+	var publicAsked []string
+	publicAt := map[string]time.Time{}
+	g.public = func(ctx context.Context, r, repo, object string) (time.Time, bool) {
+		publicAsked = append(publicAsked, repo)
+		at, ok := publicAt[repo]
+		return at, ok
+	}
+	// Alice was given some manifest of the repository, nothing else.
+	if d := g.authorize(ctx, alice, "manifests", "v1", ""); !d.allowed {
+		t.Fatalf("registry up: %+v", d)
+	}
+	reg.setDown(true)
+	clk.add(2 * time.Minute)
+	if d := g.authorize(ctx, alice, "blobs", testBlob, ""); !d.allowed || d.how != "stale" {
+		t.Errorf("outage, a blob the repository's manifest references: %+v, want allowed (stale)", d)
+	}
+	if d := g.authorize(ctx, alice, "blobs", testBlob2, ""); d.allowed {
+		t.Errorf("outage, a blob no manifest of the repository references: %+v, want refused", d)
+	}
+	other := alice
+	other.Repo = "team/other"
+	if d := g.authorize(ctx, other, "blobs", testBlob, ""); d.allowed {
+		t.Errorf("outage, the same blob in another repository: %+v, want refused", d)
+	}
+	if len(publicAsked) != 0 {
+		t.Errorf("peers asked about public repositories for a client with credentials: %v", publicAsked)
+	}
+
+	anon := alice
+	anon.Authorization = ""
+	if d := g.authorize(ctx, anon, "blobs", testBlob, ""); d.allowed {
+		t.Errorf("outage, anonymous, no peer saw the repository public: %+v, want refused", d)
+	}
+	publicAt[alice.Repo] = clk.now().Add(-30 * time.Minute)
+	if d := g.authorize(ctx, anon, "blobs", testBlob, ""); !d.allowed || d.how != "public" {
+		t.Errorf("outage, anonymous, peers saw it public 30m ago: %+v, want allowed (public)", d)
+	}
+	if d := g.authorize(ctx, anon, "blobs", testBlob2, ""); d.allowed {
+		t.Errorf("outage, anonymous, public repository, unreferenced blob: %+v, want refused", d)
+	}
+	if at, ok := g.publicAt(alice.Registry, alice.Repo); !ok || !at.Equal(publicAt[alice.Repo]) {
+		t.Errorf("publicAt after peers said so: %v %v, want %v", at, ok, publicAt[alice.Repo])
+	}
+	clk.add(time.Hour) // past AuthStale (1h) since the peers saw it
+	if d := g.authorize(ctx, anon, "manifests", "v1", ""); d.allowed {
+		t.Errorf("outage, anonymous, public longer ago than auth_stale: %+v, want refused", d)
+	}
+}

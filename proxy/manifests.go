@@ -61,6 +61,10 @@ type ManifestPeers interface {
 	// Tag returns the youngest resolution of tag in repo at registry
 	// that the peers asked hold, dated when the origin made it.
 	Tag(ctx context.Context, registry, repo, tag string) (manifests.Tag, error)
+	// Public returns when the peers (those holding object, a tag or
+	// digest of repo) last saw the registry let anonymous clients pull
+	// from repo.
+	Public(ctx context.Context, registry, repo, object string) (time.Time, error)
 }
 
 // serveManifest answers a manifest GET or HEAD for object (a tag or a

@@ -403,9 +403,19 @@ func TestBlobHeadThroughOutage(t *testing.T) {
 
 // fakePeers answers from a store of its own, as other peers would.
 type fakePeers struct {
-	st    *manifests.Store
-	mu    sync.Mutex
-	asked []string
+	st     *manifests.Store
+	public map[string]time.Time // repo -> when peers saw it public
+	mu     sync.Mutex
+	asked  []string
+}
+
+func (f *fakePeers) Public(ctx context.Context, registry, repo, object string) (time.Time, error) {
+	f.note("public " + repo)
+	at, ok := f.public[repo]
+	if !ok {
+		return at, errors.New("no peer saw it public")
+	}
+	return at, nil
 }
 
 func (f *fakePeers) note(what string) {
@@ -483,7 +493,55 @@ func TestManifestsFromPeersThroughOutage(t *testing.T) {
 	if code, _, _ := e.do(t, http.MethodGet, "/v2/secret/manifests/"+d2, nil); code != http.StatusForbidden {
 		t.Errorf("outage, a repository never allowed: got %d, want 403", code)
 	}
-	if len(peers.asked) != before {
-		t.Errorf("peers asked for a refused client: %v", peers.asked[before:])
+	for _, q := range peers.asked[before:] {
+		if !strings.HasPrefix(q, "public ") {
+			t.Errorf("peers asked %q for a refused client", q)
+		}
+	}
+}
+
+// A node the registry never allowed anyone through (a node added during
+// the outage) serves anonymous clients a repository that peers saw the
+// registry let anonymous clients pull from within AuthStale, and no one
+// else.
+func TestManifestsOfPublicRepositoryOnAFreshNode(t *testing.T) {
+	t.Parallel()
+	pst, err := manifests.Open(t.TempDir(), manifests.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := &fakePeers{st: pst, public: map[string]time.Time{
+		"app": time.Now().Add(-time.Minute), "old": time.Now().Add(-3 * time.Hour)}}
+	e, _, _ := manifestEnv(t, envOptions{
+		cfg:  func(c *proxy.Config) { c.AuthStale = 2 * time.Hour },
+		opts: []proxy.Option{proxy.WithManifestPeers(peers)},
+	})
+	reg := e.reg.URL
+	for _, repo := range []string{"app", "old", "private"} {
+		m, d, _ := e.reg.PushImage(t, repo, "v1")
+		if err := pst.Put(reg, repo, manifests.Manifest{Digest: d, Body: m}); err != nil {
+			t.Fatal(err)
+		}
+		if err := pst.SetTag(reg, repo, "v1", d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setDown(e.reg, down503)
+	if code, _, body := e.do(t, http.MethodGet, "/v2/app/manifests/v1", nil); code != http.StatusOK {
+		t.Errorf("anonymous, public repository: got %d %s, want 200", code, body)
+	} else if p := lastPull(t, e); p.Served != proxy.ServedPeers {
+		t.Errorf("anonymous, public repository: served %q, want %q", p.Served, proxy.ServedPeers)
+	}
+	for _, c := range []struct {
+		what, path string
+		hdr        map[string]string
+	}{
+		{"anonymous, seen public longer ago than auth_stale", "/v2/old/manifests/v1", nil},
+		{"anonymous, never seen public", "/v2/private/manifests/v1", nil},
+		{"with credentials", "/v2/app/manifests/v1", map[string]string{"Authorization": "Basic dTpw"}},
+	} {
+		if code, _, body := e.do(t, http.MethodGet, c.path, c.hdr); code != http.StatusForbidden {
+			t.Errorf("%s: got %d %s, want 403", c.what, code, body)
+		}
 	}
 }

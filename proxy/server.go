@@ -37,6 +37,13 @@ func WithManifests(st *manifests.Store) Option { return func(s *Server) { s.mani
 // be reached (manifests.go). It needs WithManifests.
 func WithManifestPeers(mp ManifestPeers) Option { return func(s *Server) { s.mpeers = mp } }
 
+// PublicAt says when the registry last let anonymous clients pull from
+// repo at registry, as far as this node saw within Config.AuthStale (for
+// other peers: peer/manifestshare).
+func (s *Server) PublicAt(registry, repo string) (time.Time, bool) {
+	return s.gate.publicAt(registry, repo)
+}
+
 // WithStatus serves GET /status as the JSON of what status returns (the
 // peer daemon's state, for "damselfly peer status").
 func WithStatus(status func() any) Option { return func(s *Server) { s.status = status } }
@@ -91,6 +98,15 @@ func New(cfg Config, chunks ChunkSource, up *registry.Client, reg prometheus.Reg
 	s := &Server{cfg: cfg, chunks: chunks, up: up, log: log, m: m, gate: newGate(up, cfg.AuthTTL, cfg.AuthStale, key)}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.manifests != nil {
+		s.gate.refs = s.manifests.References
+	}
+	if s.mpeers != nil {
+		s.gate.public = func(ctx context.Context, registry, repo, object string) (time.Time, bool) {
+			at, err := s.mpeers.Public(ctx, registry, repo, object)
+			return at, err == nil
+		}
 	}
 
 	mux := http.NewServeMux()

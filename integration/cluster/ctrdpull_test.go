@@ -19,12 +19,11 @@ import (
 // at the same moment: all succeed, the registry's access log shows at
 // most 1.05x the image's layer bytes in blob GETs (the peers share the
 // layers' pieces as they land), and `ctr run` of the image prints what
-// its program prints. With the registry stopped, a fourth containerd
-// with a fresh root pulls the same tag from the cluster and runs it: it
-// uses node a's mirror (its hosts directory): while the registry cannot
-// be asked, a node serves only clients the registry allowed through it
-// before, so a node the image never went through answers 403 (manifests
-// from other peers: TestManifestsFromPeersInOutage). With the registry back and every peer stopped, a fifth
+// its program prints. With the registry stopped, a fourth node joins and
+// its containerd pulls the same tag from the cluster and runs it: its
+// peer gets the manifests from the peers that hold them, and serves the
+// layers from their pieces to an anonymous client because its peers saw
+// the registry let anonymous clients pull from the repository. With the registry back and every peer stopped, a fifth
 // containerd pulls through the same hosts directory, falls back to the
 // registry as hosts.toml says, and runs the image.
 func TestContainerdPullsThroughMirror(t *testing.T) {
@@ -83,21 +82,24 @@ func TestContainerdPullsThroughMirror(t *testing.T) {
 		runHello(t, ctrd, ref, hello.want)
 	}
 
-	// The registry is down: a fresh containerd pulls the tag from node
-	// a's peer, which has its manifest and its layers.
+	// The registry is down: a new node joins, and its containerd pulls
+	// the tag from the cluster: manifests and layers from the peers that
+	// hold them.
 	c.reg.down()
-	fourth := startContainerd(t, "d", instances[0].hosts)
+	d := c.addNode("d", "")
+	fourth := startContainerd(t, "d", containerdHosts(t, c.reg.host, d.proxy))
 	start = time.Now()
 	if err := fourth.pull(ref); err != nil {
-		t.Fatalf("pull with the registry stopped, through node a's mirror: %v\n--- node a's peer:\n%s", err, nodes[0].p.LogTail(4000))
+		t.Fatalf("pull with the registry stopped, through new node d's mirror: %v\n--- node d's peer:\n%s", err, d.p.LogTail(4000))
 	}
-	byTag := nodes[0].metric(`damselfly_proxy_manifests_from_store_total{by="tag"}`)
-	t.Logf("measured: with the registry stopped, a fourth containerd pulled through node a's mirror in %v; node a served %d manifests by tag and %d by digest from its store",
-		time.Since(start).Round(time.Millisecond), byTag, nodes[0].metric(`damselfly_proxy_manifests_from_store_total{by="digest"}`))
+	byTag := d.metric(`damselfly_proxy_manifests_from_store_total{by="tag"}`)
+	t.Logf("measured: with the registry stopped, a fourth containerd pulled through new node d's mirror in %v; node d served %d manifests by tag and %d by digest from the cluster, %d blob bytes from pieces",
+		time.Since(start).Round(time.Millisecond), byTag, d.metric(`damselfly_proxy_manifests_from_store_total{by="digest"}`), d.metric("damselfly_proxy_plain_blob_piece_bytes_total"))
 	if byTag == 0 {
-		t.Errorf("node a served no manifest by tag from its store while the registry was stopped")
+		t.Errorf("node d served no manifest by tag from the cluster while the registry was stopped")
 	}
 	runHello(t, fourth, ref, hello.want)
+	nodes = append(nodes, d)
 
 	// The registry is back and the peers are stopped: containerd falls
 	// back to the server hosts.toml names.

@@ -20,8 +20,11 @@ import (
 // resolves tag v1 while it names the first image; the tag is pushed
 // anew and node A resolves it. With the registry stopped, B's mirror
 // serves v1 as the cluster last saw it (A's younger resolution, and
-// the manifest from A), marked stale, and the new manifest by digest. A
-// node whose clients the registry never allowed gets 403, peers or not.
+// the manifest from A), marked stale, and the new manifest by digest.
+// Node C, which nothing went through before the outage, serves it to an
+// anonymous client because its peers saw the registry let anonymous
+// clients pull from the repository (proxy tests hold the refusals:
+// credentials, private repositories, verdicts past auth_stale).
 func TestManifestsFromPeersInOutage(t *testing.T) {
 	c := newCluster(t)
 	repo := c.reg.host + "/team/app:v1"
@@ -86,7 +89,7 @@ func TestManifestsFromPeersInOutage(t *testing.T) {
 	if code, _, d := get(b, d2); code != http.StatusOK || d != d2 {
 		t.Errorf("node B, registry down, by digest: got %d %s, want 200 %s", code, d, d2)
 	}
-	if code, _, _ := get(fresh, "v1"); code != http.StatusForbidden {
-		t.Errorf("node C (its clients never allowed), registry down: got %d, want 403", code)
+	if code, _, d := get(fresh, "v1"); code != http.StatusOK || d != d2 {
+		t.Errorf("node C (nothing went through it), anonymous, registry down: got %d %s, want 200 %s", code, d, d2)
 	}
 }

@@ -168,6 +168,7 @@ func New(cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 		proxy.WithStatus(func() any { return d.Status() })); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
+	share.SetPublic(d.proxy.PublicAt)
 	if err = d.proxy.Listen(); err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}

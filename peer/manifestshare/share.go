@@ -97,6 +97,72 @@ type Share struct {
 	serving chan struct{}
 	mu      sync.Mutex
 	closed  bool
+	public  func(registry, repo string) (time.Time, bool)
+}
+
+// SetPublic has the share answer questions about public repositories
+// with f: when this node last saw the registry let anonymous clients
+// pull from repo (the mirror's gate knows). nil: never.
+func (s *Share) SetPublic(f func(registry, repo string) (time.Time, bool)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.public = f
+}
+
+// Public asks peers when they last saw the registry let anonymous
+// clients pull from repo at registry, and returns the latest answer.
+// object (the tag or digest the client asked for) finds the peers to
+// ask: those that hold it. It fails with ErrNotFound when no peer asked
+// has seen it.
+func (s *Share) Public(ctx context.Context, registry, repo, object string) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.AskTimeout)
+	defer cancel()
+	q := request{kind: kindPublic, registry: registry, repo: repo, object: object}
+	if err := q.validate(); err != nil {
+		return time.Time{}, err
+	}
+	var latest time.Time
+	for _, a := range s.askAll(ctx, q) {
+		if a.a.tag.At.After(latest) {
+			latest = a.a.tag.At
+		}
+	}
+	if latest.IsZero() {
+		return latest, ErrNotFound
+	}
+	return latest, nil
+}
+
+// answered is an ok answer and who gave it.
+type answered struct {
+	p peer.ID
+	a answer
+}
+
+// askAll puts q to its candidates at once and returns the ok answers.
+func (s *Share) askAll(ctx context.Context, q request) []answered {
+	ps := s.candidates(ctx, q, s.cfg.MaxAsked)
+	answers := make(chan answered, len(ps))
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Go(func() {
+			a, err := s.ask(ctx, p, q)
+			if err != nil {
+				s.log.Debug("manifest question failed", "peer", p.ID, "object", q.object, "err", err)
+				return
+			}
+			if a.status == StatusOK {
+				answers <- answered{p.ID, a}
+			}
+		})
+	}
+	wg.Wait()
+	close(answers)
+	var out []answered
+	for a := range answers {
+		out = append(out, a)
+	}
+	return out
 }
 
 // New serves st to other peers over h and, with a Router, announces what
@@ -179,30 +245,8 @@ func (s *Share) Tag(ctx context.Context, registry, repo, tag string) (manifests.
 	if err := q.validate(); err != nil {
 		return manifests.Tag{}, err
 	}
-	ps := s.candidates(ctx, q, s.cfg.MaxAsked)
-	type res struct {
-		p peer.ID
-		a answer
-	}
-	answers := make(chan res, len(ps))
-	var wg sync.WaitGroup
-	for _, p := range ps {
-		wg.Go(func() {
-			a, err := s.ask(ctx, p, q)
-			if err != nil {
-				s.log.Debug("tag question failed", "peer", p.ID, "tag", tag, "err", err)
-				return
-			}
-			answers <- res{p.ID, a}
-		})
-	}
-	wg.Wait()
-	close(answers)
-	var best *res
-	for r := range answers {
-		if r.a.status != StatusOK {
-			continue
-		}
+	var best *answered
+	for _, r := range s.askAll(ctx, q) {
 		switch {
 		case best == nil, r.a.tag.At.After(best.a.tag.At),
 			r.a.tag.At.Equal(best.a.tag.At) && best.a.manifest == nil && r.a.manifest != nil:
@@ -340,6 +384,19 @@ func (s *Share) handle(st network.Stream) {
 
 // answer answers q from the store.
 func (s *Share) answer(q request) answer {
+	if q.kind == kindPublic {
+		s.mu.Lock()
+		f := s.public
+		s.mu.Unlock()
+		if f == nil {
+			return answer{status: StatusNotHeld}
+		}
+		at, ok := f(q.registry, q.repo)
+		if !ok {
+			return answer{status: StatusNotHeld}
+		}
+		return answer{status: StatusOK, tag: manifests.Tag{At: at}}
+	}
 	digest := q.object
 	var a answer
 	if q.kind == kindTag {

@@ -363,17 +363,22 @@ func FuzzReadAnswer(f *testing.F) {
 		{tq, answer{status: StatusOK, tag: manifests.Tag{Digest: m.Digest, At: now}}},
 		{mq, answer{status: StatusOK, manifest: &m}},
 		{mq, answer{status: StatusNotHeld}},
+		{request{kind: kindPublic, registry: reg, repo: repo, object: "v1"}, answer{status: StatusOK, tag: manifests.Tag{At: now.Add(-time.Hour)}}},
 	} {
 		b, err := c.a.encode(c.q.kind)
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(c.q.kind == kindTag, b)
+		f.Add(c.q.kind, b)
 	}
-	f.Fuzz(func(t *testing.T, tag bool, b []byte) {
-		q := mq
-		if tag {
-			q = tq
+	pq := request{kind: kindPublic, registry: reg, repo: repo, object: "v1"}
+	f.Fuzz(func(t *testing.T, kind uint8, b []byte) {
+		q, tag := mq, false
+		switch kind {
+		case kindTag:
+			q, tag = tq, true
+		case kindPublic:
+			q = pq
 		}
 		a, err := readAnswer(bufio.NewReader(bytes.NewReader(b)), q, now)
 		if err != nil || a.status != StatusOK {
@@ -387,11 +392,29 @@ func FuzzReadAnswer(f *testing.F) {
 			if manifests.Digest(a.manifest.Body) != want || a.manifest.Digest != want {
 				t.Fatalf("accepted a manifest of digest %s for %s", manifests.Digest(a.manifest.Body), want)
 			}
-		} else if !tag {
+		} else if q.kind == kindManifest {
 			t.Fatal("a manifest answer without a manifest")
 		}
-		if tag && a.tag.At.After(now.Add(maxSkew)) {
+		if q.kind != kindManifest && a.tag.At.After(now.Add(maxSkew)) {
 			t.Fatalf("accepted a resolution at %v", a.tag.At)
 		}
 	})
+}
+
+func TestPublicQuestion(t *testing.T) {
+	t.Parallel()
+	key := clusterKey(t)
+	a, b, asker := newNode(t, key, nil), newNode(t, key, nil), newNode(t, key, nil)
+	at := time.Now().Add(-time.Hour).UTC()
+	a.s.SetPublic(func(r, rp string) (time.Time, bool) { return at, r == reg && rp == repo })
+	b.s.SetPublic(func(r, rp string) (time.Time, bool) { return at.Add(time.Minute), r == reg && rp == repo })
+	connect(t, asker.h, a.h)
+	connect(t, asker.h, b.h)
+	got, err := asker.s.Public(context.Background(), reg, repo, "v1")
+	if err != nil || !got.Equal(at.Add(time.Minute)) {
+		t.Fatalf("got %v, %v; want the latest answer, %v", got, err, at.Add(time.Minute))
+	}
+	if _, err := asker.s.Public(context.Background(), reg, "private/app", "v1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a repository no peer saw public: %v, want ErrNotFound", err)
+	}
 }

@@ -16,9 +16,10 @@ import (
 // The protocol (peer/PROTOCOL.md, "Manifests"): one request and one
 // answer per stream.
 //
-//	request: version (1) | kind (1: manifest, 2: tag) |
+//	request: version (1) | kind (1: manifest, 2: tag, 3: public) |
 //	         str registry | str repo | str object (a digest, or a tag)
 //	answer:  status |
+//	         if ok and kind is public: at (int64, Unix ns), then nothing |
 //	         if ok and kind is tag: str digest | at (int64, Unix ns) |
 //	         if ok: has manifest (0 or 1; always 1 for kind manifest) |
 //	         if it has: str media type | body length (uint32) | body
@@ -32,6 +33,9 @@ const version = 1
 const (
 	kindManifest = 1
 	kindTag      = 2
+	// kindPublic asks when the peer last saw the registry let anonymous
+	// clients pull from the repository (object only routes the question).
+	kindPublic = 3
 )
 
 // Status of an answer.
@@ -108,7 +112,7 @@ func readStr(r *bufio.Reader, limit int) (string, error) {
 
 func (q request) validate() error {
 	switch {
-	case q.kind != kindManifest && q.kind != kindTag:
+	case q.kind != kindManifest && q.kind != kindTag && q.kind != kindPublic:
 		return fmt.Errorf("%w: kind %d", errMalformed, q.kind)
 	case q.registry == "" || len(q.registry) > maxRegistry:
 		return fmt.Errorf("%w: registry of %d bytes", errMalformed, len(q.registry))
@@ -162,6 +166,9 @@ func (a answer) encode(kind uint8) ([]byte, error) {
 	if a.status != StatusOK {
 		return b, nil
 	}
+	if kind == kindPublic {
+		return binary.BigEndian.AppendUint64(b, uint64(a.tag.At.UnixNano())), nil
+	}
 	if kind == kindTag {
 		if !registry.ValidDigest(a.tag.Digest) {
 			return nil, fmt.Errorf("tag resolution to %q", a.tag.Digest)
@@ -202,6 +209,14 @@ func readAnswer(r *bufio.Reader, q request, now time.Time) (answer, error) {
 	default:
 		return a, fmt.Errorf("%w: status %d", errMalformed, st)
 	}
+	if q.kind == kindPublic {
+		t, err := readTime(r, now)
+		if err != nil {
+			return a, err
+		}
+		a.tag = manifests.Tag{Registry: q.registry, Repo: q.repo, At: t}
+		return a, nil
+	}
 	want := q.object
 	if q.kind == kindTag {
 		d, err := readStr(r, maxObject)
@@ -211,13 +226,9 @@ func readAnswer(r *bufio.Reader, q request, now time.Time) (answer, error) {
 		if !registry.ValidDigest(d) {
 			return a, fmt.Errorf("%w: tag resolved to %q", errMalformed, d)
 		}
-		var at [8]byte
-		if _, err := io.ReadFull(r, at[:]); err != nil {
+		t, err := readTime(r, now)
+		if err != nil {
 			return a, err
-		}
-		t := time.Unix(0, int64(binary.BigEndian.Uint64(at[:]))).UTC()
-		if t.After(now.Add(maxSkew)) || t.Before(time.Unix(0, 0)) {
-			return a, fmt.Errorf("%w: tag resolved at %v, now is %v", errMalformed, t, now)
 		}
 		a.tag = manifests.Tag{Registry: q.registry, Repo: q.repo, Tag: q.object, Digest: d, At: t}
 		want = d
@@ -253,4 +264,18 @@ func readAnswer(r *bufio.Reader, q request, now time.Time) (answer, error) {
 	}
 	a.manifest = &manifests.Manifest{MediaType: mt, Digest: want, Body: body}
 	return a, nil
+}
+
+// readTime reads a time (int64 Unix ns), refusing one after now+maxSkew
+// or before 1970.
+func readTime(r *bufio.Reader, now time.Time) (time.Time, error) {
+	var at [8]byte
+	if _, err := io.ReadFull(r, at[:]); err != nil {
+		return time.Time{}, err
+	}
+	t := time.Unix(0, int64(binary.BigEndian.Uint64(at[:]))).UTC()
+	if t.After(now.Add(maxSkew)) || t.Before(time.Unix(0, 0)) {
+		return time.Time{}, fmt.Errorf("%w: a time of %v, now is %v", errMalformed, t, now)
+	}
+	return t, nil
 }

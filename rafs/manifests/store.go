@@ -108,7 +108,11 @@ type Store struct {
 	byKey map[string]*list.Element // file name -> element
 	bytes int64
 	tags  map[string]Tag // file name -> resolution
-	hooks Hooks
+	// refs counts, by Name(registry, repo, blob digest), the manifests
+	// held that reference the blob (config and layers).
+	refs      map[string]int
+	unindexed int // entries not indexed yet
+	hooks     Hooks
 	// tagMu orders KeepTag's check-then-write, so that an older
 	// resolution never overwrites a younger one.
 	tagMu sync.Mutex
@@ -120,6 +124,11 @@ type Store struct {
 type entry struct {
 	name string
 	size int64
+	// refs are the Names of the blobs the manifest references, counted
+	// in Store.refs; indexed says they are (entries found on disk at
+	// Open are indexed at the first References).
+	refs    []string
+	indexed bool
 }
 
 // Tag is a tag's last resolution.
@@ -154,7 +163,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{dir: dir, opts: opts, lru: list.New(), byKey: map[string]*list.Element{}, tags: map[string]Tag{}}
+	s := &Store{dir: dir, opts: opts, lru: list.New(), byKey: map[string]*list.Element{}, tags: map[string]Tag{}, refs: map[string]int{}}
 	for _, sub := range []string{"m", "t"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("manifest store: %w", err)
@@ -190,8 +199,9 @@ func (s *Store) load() error {
 	// Oldest use last, so that the list is most recent first.
 	slices.SortFunc(fs, func(a, b found) int { return b.mod.Compare(a.mod) })
 	for _, f := range fs {
-		s.byKey[f.name] = s.lru.PushBack(&entry{f.name, f.size})
+		s.byKey[f.name] = s.lru.PushBack(&entry{name: f.name, size: f.size})
 		s.bytes += f.size
+		s.unindexed++
 	}
 	ents, err = os.ReadDir(filepath.Join(s.dir, "t"))
 	if err != nil {
@@ -298,13 +308,16 @@ func (s *Store) Put(registry, repo string, m Manifest) error {
 	if err := writeAtomic(filepath.Join(s.dir, "m"), name, buf.Bytes()); err != nil {
 		return fmt.Errorf("manifest %s: %w", m.Digest, err)
 	}
+	refs := blobRefs(registry, repo, m.Body)
 	s.mu.Lock()
 	if el, ok := s.byKey[name]; ok {
-		s.bytes -= el.Value.(*entry).size
-		s.lru.Remove(el)
+		s.forgetLocked(el) // replaced by the file just written
 	}
-	s.byKey[name] = s.lru.PushFront(&entry{name, int64(buf.Len())})
+	s.byKey[name] = s.lru.PushFront(&entry{name: name, size: int64(buf.Len()), refs: refs, indexed: true})
 	s.bytes += int64(buf.Len())
+	for _, r := range refs {
+		s.refs[r]++
+	}
 	s.evictLocked()
 	kept := s.byKey[name] != nil
 	s.unlock()
@@ -346,38 +359,48 @@ func (s *Store) Get(registry, repo, digest string) (Manifest, error) {
 }
 
 func readManifest(p, registry, repo, digest string) (Manifest, error) {
-	f, err := os.Open(p)
+	h, body, err := readFile(p)
 	if err != nil {
 		return Manifest{}, err
+	}
+	if h.Registry != registry || h.Repo != repo || h.Digest != digest {
+		return Manifest{}, fmt.Errorf("file holds %s of %s at %s", h.Digest, h.Repo, h.Registry)
+	}
+	return Manifest{MediaType: h.MediaType, Digest: digest, Body: body}, nil
+}
+
+// readFile reads a manifest file and checks its body against the digest
+// its header names.
+func readFile(p string) (header, []byte, error) {
+	var h header
+	f, err := os.Open(p)
+	if err != nil {
+		return h, nil, err
 	}
 	defer f.Close()
 	br := bufio.NewReaderSize(io.LimitReader(f, int64(len(magicM)+maxHeader+MaxSize+1)), 4096)
 	magic := make([]byte, len(magicM))
 	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != magicM {
-		return Manifest{}, errors.New("not a manifest file")
+		return h, nil, errors.New("not a manifest file")
 	}
 	line, err := br.ReadSlice('\n')
 	if err != nil {
-		return Manifest{}, fmt.Errorf("header: %w", err)
+		return h, nil, fmt.Errorf("header: %w", err)
 	}
-	var h header
 	if err := json.Unmarshal(line, &h); err != nil {
-		return Manifest{}, fmt.Errorf("header: %w", err)
-	}
-	if h.Registry != registry || h.Repo != repo || h.Digest != digest {
-		return Manifest{}, fmt.Errorf("file holds %s of %s at %s", h.Digest, h.Repo, h.Registry)
+		return h, nil, fmt.Errorf("header: %w", err)
 	}
 	body, err := io.ReadAll(br)
 	if err != nil {
-		return Manifest{}, err
+		return h, nil, err
 	}
 	if len(body) > MaxSize {
-		return Manifest{}, errors.New("body over the limit")
+		return h, nil, errors.New("body over the limit")
 	}
-	if got := Digest(body); got != digest {
-		return Manifest{}, fmt.Errorf("body has digest %s", got)
+	if got := Digest(body); got != h.Digest {
+		return h, nil, fmt.Errorf("body has digest %s", got)
 	}
-	return Manifest{MediaType: h.MediaType, Digest: digest, Body: body}, nil
+	return h, body, nil
 }
 
 // drop forgets and removes the manifest file name.
@@ -390,12 +413,108 @@ func (s *Store) drop(name string) {
 }
 
 func (s *Store) removeLocked(el *list.Element) {
+	name := s.forgetLocked(el)
+	os.Remove(filepath.Join(s.dir, "m", name))
+	s.gone = append(s.gone, name)
+}
+
+// forgetLocked takes el out of the index and returns its name.
+func (s *Store) forgetLocked(el *list.Element) string {
 	e := el.Value.(*entry)
 	s.lru.Remove(el)
 	delete(s.byKey, e.name)
 	s.bytes -= e.size
-	os.Remove(filepath.Join(s.dir, "m", e.name))
-	s.gone = append(s.gone, e.name)
+	if !e.indexed {
+		s.unindexed--
+	}
+	for _, r := range e.refs {
+		if s.refs[r]--; s.refs[r] <= 0 {
+			delete(s.refs, r)
+		}
+	}
+	return e.name
+}
+
+// blobRefs returns the Names of the blobs (config and layers) that the
+// manifest body references in repo at registry. An index references
+// manifests, not blobs; a body that is not JSON references nothing.
+func blobRefs(registry, repo string, body []byte) []string {
+	var m struct {
+		Config *struct {
+			Digest string `json:"digest"`
+		} `json:"config"`
+		Layers []struct {
+			Digest string `json:"digest"`
+		} `json:"layers"`
+	}
+	if json.Unmarshal(body, &m) != nil {
+		return nil
+	}
+	var out []string
+	if m.Config != nil && validDigest(m.Config.Digest) {
+		out = append(out, Name(registry, repo, m.Config.Digest))
+	}
+	for _, l := range m.Layers {
+		if validDigest(l.Digest) {
+			out = append(out, Name(registry, repo, l.Digest))
+		}
+	}
+	return out
+}
+
+// References reports whether a manifest held of repo at registry
+// references blob digest (as its config or a layer): the registry served
+// that manifest, verified, from that repository, so the blob is part of
+// it.
+func (s *Store) References(registry, repo, digest string) bool {
+	s.index()
+	s.mu.Lock()
+	defer s.unlock()
+	return s.refs[Name(registry, repo, digest)] > 0
+}
+
+// index reads the manifests found on disk at Open that are not indexed
+// yet, once, outside the lock (a file that fails is dropped as Get
+// would).
+func (s *Store) index() {
+	s.mu.Lock()
+	if s.unindexed == 0 {
+		s.mu.Unlock()
+		return
+	}
+	var todo []string
+	for n, el := range s.byKey {
+		if !el.Value.(*entry).indexed {
+			todo = append(todo, n)
+		}
+	}
+	s.mu.Unlock()
+	for _, n := range todo {
+		h, body, err := readFile(filepath.Join(s.dir, "m", n))
+		if err == nil && Name(h.Registry, h.Repo, h.Digest) != n {
+			err = errors.New("file holds another manifest than its name says")
+		}
+		var refs []string
+		if err == nil {
+			refs = blobRefs(h.Registry, h.Repo, body)
+		}
+		s.mu.Lock()
+		el, ok := s.byKey[n]
+		switch {
+		case !ok || el.Value.(*entry).indexed:
+		case err != nil:
+			s.opts.Log.Warn("manifest store: dropping a damaged manifest", "file", n, "err", err)
+			s.removeLocked(el)
+		default:
+			e := el.Value.(*entry)
+			e.refs, e.indexed = refs, true
+			s.unindexed--
+			for _, r := range refs {
+				s.refs[r]++
+			}
+		}
+		s.unlock()
+	}
 }
 
 // unlock releases mu, then tells the Dropped hook what went while it

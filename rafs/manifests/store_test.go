@@ -329,3 +329,81 @@ func TestHooksHearManifestsKeptAndEvicted(t *testing.T) {
 		t.Fatalf("Names %v, want [%s]", got, n2)
 	}
 }
+
+func TestReferences(t *testing.T) {
+	dir := t.TempDir()
+	st, err := Open(dir, Options{MaxEntries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, l1, l2 := Digest([]byte("config")), Digest([]byte("layer1")), Digest([]byte("layer2"))
+	body := fmt.Appendf(nil, `{"schemaVersion":2,"config":{"digest":%q},"layers":[{"digest":%q},{"digest":%q},{"digest":"sha256:short"}]}`, cfg, l1, l2)
+	m := Manifest{Digest: Digest(body), Body: body}
+	if err := st.Put("r", "a", m); err != nil {
+		t.Fatal(err)
+	}
+	check := func(st *Store, when string, want bool) {
+		t.Helper()
+		for _, d := range []string{cfg, l1, l2} {
+			if got := st.References("r", "a", d); got != want {
+				t.Errorf("%s: References(r, a, %s) = %v, want %v", when, d, got, want)
+			}
+			if st.References("r", "b", d) {
+				t.Errorf("%s: a blob of repository a counted for repository b", when)
+			}
+		}
+		if st.References("r", "a", Digest([]byte("other"))) || st.References("r", "a", m.Digest) {
+			t.Errorf("%s: an unreferenced digest counted", when)
+		}
+	}
+	check(st, "after Put", true)
+	// Put again (the same manifest): still counted once.
+	if err := st.Put("r", "a", m); err != nil {
+		t.Fatal(err)
+	}
+	st2, err := Open(dir, Options{MaxEntries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(st2, "after reopening", true)
+	// An index references no blob.
+	idx := []byte(fmt.Sprintf(`{"schemaVersion":2,"manifests":[{"digest":%q}]}`, l1))
+	if err := st2.Put("r", "i", Manifest{Digest: Digest(idx), Body: idx}); err != nil {
+		t.Fatal(err)
+	}
+	if st2.References("r", "i", l1) {
+		t.Error("an index's manifest counted as a blob")
+	}
+	// Evicted: no longer referenced.
+	for i := range 2 {
+		if err := st2.Put("r", "x", manifest(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(st2, "after eviction", false)
+}
+
+// A manifest put twice is counted once: evicting it forgets its blobs.
+func TestReferencesPutTwice(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Digest([]byte("layer"))
+	body := fmt.Appendf(nil, `{"layers":[{"digest":%q}]}`, l)
+	m := Manifest{Digest: Digest(body), Body: body}
+	for range 2 {
+		if err := st.Put("r", "a", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !st.References("r", "a", l) {
+		t.Fatal("not referenced after Put")
+	}
+	if err := st.Put("r", "a", manifest(7)); err != nil {
+		t.Fatal(err)
+	}
+	if st.References("r", "a", l) {
+		t.Fatal("still referenced after its manifest was evicted")
+	}
+}
