@@ -50,8 +50,8 @@ const (
 	// routeRetry bounds the wait between rounds when the Router says to
 	// wait and gives no time.
 	routeRetry = 200 * time.Millisecond
-	// tableRefresh is how soon a parent's partial table is fetched again
-	// when the Router names it for a piece the last copy did not know.
+	// tableRefresh is how soon the Router is asked again after a round
+	// whose parents' tables did not know the pieces assigned yet.
 	tableRefresh = 50 * time.Millisecond
 )
 
@@ -72,7 +72,6 @@ type live struct {
 	digests []rafs.Digest // zero: not known yet
 	from    []lpeer.ID    // who named each digest; "" for this node (the origin)
 	turns   map[uint32]bool
-	asked   map[lpeer.ID]time.Time // when each parent's table was last fetched
 	// busy are the pieces a resolve on this node is fetching; another
 	// resolve that wants them waits for done rather than ask the Router
 	// (which would give this node its own turn again) and fetch them twice.
@@ -86,7 +85,6 @@ func newLive(blob rafs.Digest, size, pieceSize int64) *live {
 		digests: make([]rafs.Digest, n),
 		from:    make([]lpeer.ID, n),
 		turns:   make(map[uint32]bool),
-		asked:   make(map[lpeer.ID]time.Time),
 		busy:    make(map[uint32]chan struct{}),
 	}
 }
@@ -350,7 +348,7 @@ func (s *Source) resolveRound(ctx context.Context, up registry.Ref, lv *live, wa
 				continue
 			}
 			s.eng.Learn(key, p.Info, p.Chunks)
-			s.learnFrom(ctx, lv, p.Info)
+			s.learnFrom(ctx, lv, p.Info, p.Chunks)
 			if s.fetchAssigned(ctx, lv, p) > 0 {
 				progress = true
 			}
@@ -374,17 +372,23 @@ func (s *Source) resolveRound(ctx context.Context, up registry.Ref, lv *live, wa
 	}
 }
 
-// learnFrom fetches p's table of lv's blob (not more often than
-// tableRefresh) and learns its digests. A peer that sends a broken table
-// is avoided.
-func (s *Source) learnFrom(ctx context.Context, lv *live, p lpeer.AddrInfo) int {
+// learnFrom fetches p's table of lv's blob and learns its digests, when
+// a piece of pieces (those the Router assigned to p, which p announced,
+// so its table names them) is not known yet. A peer that sends a broken
+// table is avoided.
+func (s *Source) learnFrom(ctx context.Context, lv *live, p lpeer.AddrInfo, pieces []uint32) int {
 	lv.mu.Lock()
-	if time.Since(lv.asked[p.ID]) < tableRefresh {
-		lv.mu.Unlock()
+	unknown := false
+	for _, o := range pieces {
+		if int(o) < len(lv.digests) && lv.digests[o] == (rafs.Digest{}) {
+			unknown = true
+			break
+		}
+	}
+	lv.mu.Unlock()
+	if !unknown {
 		return 0
 	}
-	lv.asked[p.ID] = time.Now()
-	lv.mu.Unlock()
 	if len(p.Addrs) > 0 {
 		s.h.Peerstore().AddAddrs(p.ID, p.Addrs, peerstore.TempAddrTTL)
 	}
@@ -417,8 +421,16 @@ func (s *Source) fetchAssigned(ctx context.Context, lv *live, p route.Parent) in
 		}
 	}
 	lv.mu.Unlock()
+	if len(cs) == 0 {
+		// p's table named none of them (it could not be had): nothing
+		// was asked of p, so there is nothing to report of it; the
+		// assignment lapses at the scheduler.
+		return 0
+	}
 	start := time.Now()
-	o := route.Outcome{Blob: key, OK: len(cs) == len(p.Chunks)}
+	// The outcome is of the pieces asked for: a piece whose digest p's
+	// table did not give was not asked for, and is not p's failure.
+	o := route.Outcome{Blob: key, OK: true}
 	var got []uint32
 	for len(cs) > 0 && ctx.Err() == nil {
 		n, bytes := 0, int64(0)
