@@ -1,0 +1,533 @@
+package snapshotter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"damselfly/fusemount"
+)
+
+// daemonState is what mounts/<id>/daemon.json records of a mount daemon,
+// so that a restarted snapshotter finds it again.
+type daemonState struct {
+	Manifest string    `json:"manifest"` // sha256:...
+	Image    string    `json:"image"`    // docker://HOST/REPO@sha256:...
+	PID      int       `json:"pid"`
+	Started  time.Time `json:"started"`
+}
+
+// daemon is one image's mount daemon. mu is held while it is checked,
+// started or stopped, so that one image never gets two.
+type daemon struct {
+	id    string
+	mu    sync.Mutex
+	state daemonState
+	// done is closed when a daemon this process started exits (the
+	// process is reaped); nil for one adopted after a restart, which is
+	// checked by its pid and status socket instead.
+	done <-chan struct{}
+}
+
+// daemons runs one `damselfly mount` per image under root/mounts. Its
+// methods are safe for concurrent use.
+type daemons struct {
+	root string // root/mounts
+	cfg  Config
+	log  *slog.Logger
+	// command builds the daemon's command line; tests replace it.
+	command func(st daemonState, mountpoint, socket string) (*exec.Cmd, error)
+
+	mu sync.Mutex
+	m  map[string]*daemon // by id
+}
+
+func newDaemons(cfg Config, log *slog.Logger) *daemons {
+	d := &daemons{root: filepath.Join(cfg.Root, "mounts"), cfg: cfg, log: log, m: map[string]*daemon{}}
+	d.command = d.mountCommand
+	return d
+}
+
+// daemonID names an image's directory: 16 hex digits of its manifest
+// digest keep the status socket's path short (a unix socket path is at
+// most 107 bytes); daemon.json holds the full digest, which is checked.
+func daemonID(manifest string) string {
+	_, hex, _ := strings.Cut(manifest, ":")
+	if len(hex) > 16 {
+		hex = hex[:16]
+	}
+	return hex
+}
+
+func daemonDir(root, id string) string { return filepath.Join(root, "mounts", id) }
+
+// daemonSocket is the status socket of the daemon with id under root.
+func daemonSocket(root, id string) string { return filepath.Join(daemonDir(root, id), "api.sock") }
+
+func (p *daemons) dir(id string) string        { return filepath.Join(p.root, id) }
+func (p *daemons) mountpoint(id string) string { return filepath.Join(p.root, id, "mnt") }
+func (p *daemons) socket(id string) string     { return filepath.Join(p.root, id, "api.sock") }
+
+// mountCommand is `damselfly [--config FILE] mount IMAGE MOUNTPOINT`,
+// with the status socket and the peer set by environment (configs: any
+// key can be), and no other DAMSELFLY_ variable of the snapshotter's
+// own environment, which configures the snapshotter, not its mounts.
+func (p *daemons) mountCommand(st daemonState, mp, sock string) (*exec.Cmd, error) {
+	bin := p.cfg.Mount.Binary
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find the damselfly binary: %w", err)
+		}
+	}
+	var args []string
+	if p.cfg.Mount.Config != "" {
+		args = append(args, "--config", p.cfg.Mount.Config)
+	}
+	args = append(args, "mount", st.Image, mp)
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DAMSELFLY_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "DAMSELFLY_API_SOCKET="+sock)
+	if p.cfg.Mount.Peer != "" {
+		cmd.Env = append(cmd.Env, "DAMSELFLY_BACKEND_PROXY_URL="+p.cfg.Mount.Peer)
+	}
+	return cmd, nil
+}
+
+// get returns the daemon entry of manifest, creating it.
+func (p *daemons) get(manifest, image string) *daemon {
+	id := daemonID(manifest)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d, ok := p.m[id]
+	if !ok {
+		d = &daemon{id: id, state: daemonState{Manifest: manifest, Image: image}}
+		p.m[id] = d
+	}
+	return d
+}
+
+// ensure returns the mountpoint of the image's running daemon, starting
+// one (or replacing one that died) if needed.
+func (p *daemons) ensure(ctx context.Context, manifest, image string) (string, error) {
+	d := p.get(manifest, image)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.state.Manifest != manifest {
+		return "", fmt.Errorf("mount daemon %s serves %s, not %s: two manifests share the first 64 bits of their digests", d.id, d.state.Manifest, manifest)
+	}
+	if p.alive(ctx, d) {
+		return p.mountpoint(d.id), nil
+	}
+	if d.state.PID != 0 {
+		p.log.Warn("mount daemon is gone; starting a new one at its mountpoint", "image", d.state.Image, "pid", d.state.PID)
+	}
+	d.state.Image = image
+	if err := p.start(ctx, d); err != nil {
+		return "", err
+	}
+	return p.mountpoint(d.id), nil
+}
+
+// statusTimeout bounds one question to a daemon's status socket.
+const statusTimeout = 2 * time.Second
+
+// alive reports whether d's daemon runs and serves its mount. d.mu held.
+func (p *daemons) alive(ctx context.Context, d *daemon) bool {
+	if d.state.PID == 0 || !pidAlive(d.state.PID) {
+		return false
+	}
+	if d.done != nil {
+		select {
+		case <-d.done:
+			return false
+		default:
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	st, err := fusemount.QueryStatus(ctx, p.mountpoint(d.id), p.socket(d.id))
+	return err == nil && st.PID == d.state.PID && st.State == "running"
+}
+
+// start starts d's daemon and waits until it serves its mount. d.mu held.
+func (p *daemons) start(ctx context.Context, d *daemon) error {
+	mp, sock := p.mountpoint(d.id), p.socket(d.id)
+	p.reap(d)
+	if err := os.MkdirAll(mp, 0o755); err != nil {
+		return fmt.Errorf("mount daemon directory: %w", err)
+	}
+	logPath := filepath.Join(p.dir(d.id), "mount.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("mount daemon log: %w", err)
+	}
+	defer logFile.Close()
+	logStart, _ := logFile.Seek(0, io.SeekEnd)
+	cmd, err := p.command(d.state, mp, sock)
+	if err != nil {
+		return err
+	}
+	// Its own session: the daemon outlives the snapshotter (a restart, a
+	// SIGKILL), and a signal to the snapshotter's process group does not
+	// reach it. Its output goes to its log, never to a pipe that would
+	// break when the snapshotter goes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start mount daemon for %s: %w", d.state.Image, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	d.done = done
+	d.state.PID = cmd.Process.Pid
+	d.state.Started = time.Now().UTC()
+	if err := writeState(filepath.Join(p.dir(d.id), "daemon.json"), d.state); err != nil {
+		p.kill(d)
+		return err
+	}
+	p.log.Info("mount daemon started", "image", d.state.Image, "pid", d.state.PID, "mountpoint", mp)
+
+	wait := time.NewTimer(p.cfg.MountTimeout)
+	defer wait.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return fmt.Errorf("mount daemon for %s exited before it served its mount: %s", d.state.Image, logTail(logPath, logStart))
+		case <-ctx.Done():
+			p.kill(d)
+			return ctx.Err()
+		case <-wait.C:
+			p.kill(d)
+			return fmt.Errorf("mount daemon for %s did not serve its mount within %v: %s", d.state.Image, p.cfg.MountTimeout, logTail(logPath, logStart))
+		case <-tick.C:
+			qctx, cancel := context.WithTimeout(ctx, statusTimeout)
+			st, err := fusemount.QueryStatus(qctx, mp, sock)
+			cancel()
+			if err == nil && st.State == "running" {
+				return nil
+			}
+		}
+	}
+}
+
+// reap clears what a dead daemon of d left: its process, if it is still
+// around and owns the mountpoint, and its mount, detached lazily so that
+// containers still holding it keep what they have. d.mu held.
+func (p *daemons) reap(d *daemon) {
+	mp := p.mountpoint(d.id)
+	if d.state.PID != 0 && pidAlive(d.state.PID) && ownsMount(d.state.PID, mp) {
+		syscall.Kill(d.state.PID, syscall.SIGKILL)
+	}
+	if mounted(mp) {
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil {
+			p.log.Warn("detach dead mount", "mountpoint", mp, "err", err)
+		}
+	}
+}
+
+// kill stops d's daemon at once and detaches its mount. d.mu held.
+func (p *daemons) kill(d *daemon) {
+	if d.state.PID != 0 && pidAlive(d.state.PID) && ownsMount(d.state.PID, p.mountpoint(d.id)) {
+		syscall.Kill(d.state.PID, syscall.SIGKILL)
+	}
+	p.waitExit(d, p.cfg.StopTimeout)
+	p.reap(d)
+}
+
+// waitExit waits up to timeout for d's process to exit.
+func (p *daemons) waitExit(d *daemon, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for d.state.PID != 0 && pidAlive(d.state.PID) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		if d.done != nil {
+			select {
+			case <-d.done:
+				return true
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+// stop stops the daemon with id: SIGTERM (it unmounts and exits), the
+// kill after StopTimeout, then its mount detached if still there and
+// its directory removed.
+func (p *daemons) stop(id string) error {
+	p.mu.Lock()
+	d, ok := p.m[id]
+	p.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	mp := p.mountpoint(id)
+	if d.state.PID != 0 && pidAlive(d.state.PID) && ownsMount(d.state.PID, mp) {
+		syscall.Kill(d.state.PID, syscall.SIGTERM)
+		if !p.waitExit(d, p.cfg.StopTimeout) {
+			p.log.Warn("mount daemon did not exit after SIGTERM; killing it", "pid", d.state.PID, "mountpoint", mp)
+			p.kill(d)
+		}
+	}
+	p.reap(d)
+	p.log.Info("mount daemon stopped", "image", d.state.Image, "pid", d.state.PID)
+	p.mu.Lock()
+	delete(p.m, id)
+	p.mu.Unlock()
+	if mounted(mp) {
+		return fmt.Errorf("mountpoint %s is still mounted; its directory is kept", mp)
+	}
+	return os.RemoveAll(p.dir(id))
+}
+
+// adopt loads the daemons a previous snapshotter started from their
+// daemon.json files. A live one is kept as it is; a dead one is cleared
+// (its mount detached) and left for sync to restart if it is in use.
+func (p *daemons) adopt(ctx context.Context) error {
+	entries, err := os.ReadDir(p.root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		id := e.Name()
+		st, err := readState(filepath.Join(p.dir(id), "daemon.json"))
+		if err != nil || daemonID(st.Manifest) != id {
+			p.log.Warn("mount daemon directory without a valid daemon.json; clearing it", "dir", p.dir(id), "err", err)
+			d := &daemon{id: id}
+			p.reap(d)
+			if !mounted(p.mountpoint(id)) {
+				os.RemoveAll(p.dir(id))
+			}
+			continue
+		}
+		d := &daemon{id: id, state: st}
+		d.mu.Lock()
+		if p.alive(ctx, d) {
+			p.log.Info("adopted a running mount daemon", "image", st.Image, "pid", st.PID)
+		} else {
+			p.log.Warn("mount daemon found dead; clearing its mount", "image", st.Image, "pid", st.PID)
+			p.reap(d)
+		}
+		d.mu.Unlock()
+		p.mu.Lock()
+		p.m[id] = d
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+// sync makes the running daemons those of inUse (manifest -> image):
+// it stops the others, and if restart is set starts (again) the ones in
+// use whose daemon is not running. It returns every failure.
+func (p *daemons) sync(ctx context.Context, inUse map[string]string, restart bool) error {
+	want := map[string]bool{}
+	for m := range inUse {
+		want[daemonID(m)] = true
+	}
+	p.mu.Lock()
+	var unused []string
+	for id := range p.m {
+		if !want[id] {
+			unused = append(unused, id)
+		}
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, id := range unused {
+		if err := p.stop(id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if restart {
+		for m, image := range inUse {
+			if _, err := p.ensure(ctx, m, image); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// running returns the pids of the daemons, by manifest, as last known.
+func (p *daemons) running() map[string]int {
+	p.mu.Lock()
+	ds := make([]*daemon, 0, len(p.m))
+	for _, d := range p.m {
+		ds = append(ds, d)
+	}
+	p.mu.Unlock()
+	out := map[string]int{}
+	for _, d := range ds {
+		d.mu.Lock()
+		if d.state.PID != 0 && pidAlive(d.state.PID) {
+			out[d.state.Manifest] = d.state.PID
+		}
+		d.mu.Unlock()
+	}
+	return out
+}
+
+func writeState(path string, st daemonState) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// maxStateBytes bounds daemon.json, read back after a restart.
+const maxStateBytes = 64 << 10
+
+func readState(path string) (daemonState, error) {
+	var st daemonState
+	f, err := os.Open(path)
+	if err != nil {
+		return st, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxStateBytes+1))
+	if err != nil {
+		return st, err
+	}
+	if len(b) > maxStateBytes {
+		return st, fmt.Errorf("%s: larger than %d bytes", path, maxStateBytes)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s: %w", path, err)
+	}
+	if st.PID < 0 || !strings.HasPrefix(st.Image, "docker://") {
+		return st, fmt.Errorf("%s: invalid pid %d or image %q", path, st.PID, st.Image)
+	}
+	return st, nil
+}
+
+// logTail returns what the daemon's log gained after offset, at most the
+// last 2 KiB of it, on one line.
+func logTail(path string, offset int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < offset {
+		return "(no log)"
+	}
+	b = b[offset:]
+	if len(b) > 2048 {
+		b = b[len(b)-2048:]
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "(empty log)"
+	}
+	return strings.ReplaceAll(s, "\n", " | ")
+}
+
+// pidAlive reports whether pid is a process that has not exited (a
+// zombie has: it only waits for its parent to reap it).
+func pidAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	switch b[i+2] {
+	case 'Z', 'X', 'x':
+		return false
+	}
+	return true
+}
+
+// ownsMount reports whether pid's command line names mountpoint: only
+// then is it the daemon of that mount and not a process that reused its
+// pid.
+func ownsMount(pid int, mountpoint string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	for _, arg := range strings.Split(string(b), "\x00") {
+		if arg == mountpoint {
+			return true
+		}
+	}
+	return false
+}
+
+// mounted reports whether dir is a mount point, or a dead FUSE mount
+// (ENOTCONN).
+func mounted(dir string) bool {
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(dir, &sfs); errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED) {
+		return true
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && unescapeMountinfo(f[4]) == dir {
+			return true
+		}
+	}
+	return false
+}
+
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
