@@ -177,7 +177,8 @@ func (s *Snapshotter) commitRemote(ctx context.Context, key, parent string, r re
 	if kind == layerBootstrap {
 		start := time.Now()
 		if err := s.reg.CheckBootstrap(ctx, r.image()); err != nil {
-			return fmt.Errorf("RAFS bootstrap layer %s of %s: %w", r.layer, r.image(), err)
+			// err names the image.
+			return fmt.Errorf("RAFS bootstrap layer %s: %w", r.layer, err)
 		}
 		s.log.Info("RAFS image checked", "image", r.image(), "bootstrap", r.layer, "took", time.Since(start).Round(time.Millisecond))
 	}
@@ -354,10 +355,12 @@ func (s *Snapshotter) syncDaemons(ctx context.Context, restart bool) error {
 // that active and view snapshots stand on.
 func (s *Snapshotter) inUse(ctx context.Context) (map[string]string, error) {
 	byName := map[string]snapshots.Info{}
-	if err := s.Snapshotter.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+	err := s.Snapshotter.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
 		byName[info.Name] = info
 		return nil
-	}); err != nil {
+	})
+	// A store that never held a snapshot has no bucket yet: none in use.
+	if err != nil && !errdefs.IsNotFound(err) {
 		return nil, err
 	}
 	out := map[string]string{}
