@@ -40,6 +40,8 @@ type daemon struct {
 	// process is reaped); nil for one adopted after a restart, which is
 	// checked by its pid and status socket instead.
 	done <-chan struct{}
+	// failed is when its last start failed.
+	failed time.Time
 }
 
 // daemons runs one `damselfly mount` per image under root/mounts. Its
@@ -129,7 +131,20 @@ func (p *daemons) get(manifest, image string) *daemon {
 func (p *daemons) ensure(ctx context.Context, manifest, image string) (string, error) {
 	d := p.get(manifest, image)
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer func() { d.mu.Unlock() }() // d may change below
+	// stop removes an entry while holding its lock: one removed while
+	// this waited for the lock is done with; start on a new entry.
+	for {
+		p.mu.Lock()
+		cur := p.m[d.id]
+		p.mu.Unlock()
+		if cur == d {
+			break
+		}
+		d.mu.Unlock()
+		d = p.get(manifest, image)
+		d.mu.Lock()
+	}
 	if d.state.Manifest != manifest {
 		return "", fmt.Errorf("mount daemon %s serves %s, not %s: two manifests share the first 64 bits of their digests", d.id, d.state.Manifest, manifest)
 	}
@@ -141,8 +156,10 @@ func (p *daemons) ensure(ctx context.Context, manifest, image string) (string, e
 	}
 	d.state.Image = image
 	if err := p.start(ctx, d); err != nil {
+		d.failed = time.Now()
 		return "", err
 	}
+	d.failed = time.Time{}
 	return p.mountpoint(d.id), nil
 }
 
@@ -350,10 +367,9 @@ func (p *daemons) adopt(ctx context.Context) error {
 	return nil
 }
 
-// sync makes the running daemons those of inUse (manifest -> image):
-// it stops the others, and if restart is set starts (again) the ones in
-// use whose daemon is not running. It returns every failure.
-func (p *daemons) sync(ctx context.Context, inUse map[string]string, restart bool) error {
+// stopUnused stops the daemons not in inUse (manifest -> image) and
+// returns every failure.
+func (p *daemons) stopUnused(inUse map[string]string) error {
 	want := map[string]bool{}
 	for m := range inUse {
 		want[daemonID(m)] = true
@@ -372,11 +388,28 @@ func (p *daemons) sync(ctx context.Context, inUse map[string]string, restart boo
 			errs = append(errs, err)
 		}
 	}
-	if restart {
-		for m, image := range inUse {
-			if _, err := p.ensure(ctx, m, image); err != nil {
-				errs = append(errs, err)
-			}
+	return errors.Join(errs...)
+}
+
+// retryAfterFailure is how long the periodic check leaves a daemon that
+// failed to start before it tries again; a snapshot that needs the
+// image (Prepare, Mounts) tries at once.
+const retryAfterFailure = 30 * time.Second
+
+// restart starts the daemons of inUse that are not running, except
+// those that failed to start within retryAfterFailure.
+func (p *daemons) restart(ctx context.Context, inUse map[string]string) error {
+	var errs []error
+	for m, image := range inUse {
+		d := p.get(m, image)
+		d.mu.Lock()
+		recent := time.Since(d.failed) < retryAfterFailure
+		d.mu.Unlock()
+		if recent {
+			continue
+		}
+		if _, err := p.ensure(ctx, m, image); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -340,15 +340,19 @@ func (s *Snapshotter) Cleanup(ctx context.Context) error {
 
 // syncDaemons stops the daemons of images no active or view snapshot
 // stands on, and with restart starts the ones in use that are not
-// running.
+// running. Restarts happen outside s.users: a daemon that takes long to
+// come up (or fails to) must not hold up snapshots of other images.
 func (s *Snapshotter) syncDaemons(ctx context.Context, restart bool) error {
 	s.users.Lock()
-	defer s.users.Unlock()
 	inUse, err := s.inUse(ctx)
-	if err != nil {
+	if err == nil {
+		err = s.daemons.stopUnused(inUse)
+	}
+	s.users.Unlock()
+	if err != nil || !restart {
 		return err
 	}
-	return s.daemons.sync(ctx, inUse, restart)
+	return s.daemons.restart(ctx, inUse)
 }
 
 // inUse returns the RAFS images (manifest -> docker://HOST/REPO@digest)
