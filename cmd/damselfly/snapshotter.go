@@ -40,7 +40,7 @@ containers that use them; the next start adopts them. Configuration
 			return err
 		}
 		if printConfig {
-			return configs.Print(cmd.OutOrStdout(), cfg)
+			return configs.Print(cmd.OutOrStdout(), cfg.Redacted())
 		}
 		if err := configs.Validate(cfg); err != nil {
 			return fmt.Errorf("config: %w", err)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"damselfly/fusemount/backend"
 	"damselfly/rafs"
 )
 
@@ -64,6 +65,15 @@ func Default() Config {
 		StopTimeout:       10 * time.Second,
 		MaxBootstrapBytes: rafs.DefaultMaxBootstrapSize,
 	}
+}
+
+// Redacted returns c as it may be shown (--print-config): mount.peer
+// without the password it may carry.
+func (c Config) Redacted() Config {
+	if c.Mount.Peer != "" {
+		c.Mount.Peer = backend.RedactURL(c.Mount.Peer)
+	}
+	return c
 }
 
 // maxSocketPath is the longest path a unix socket may have (sun_path).

@@ -653,6 +653,24 @@ func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 	}
 	t.Logf("measured: overlayfs pull of the original image (from the index) %v", plainPull.Round(time.Millisecond))
 
+	// The same through the damselfly snapshotter, labels and all: the
+	// original image is not RAFS, so its layers are ordinary overlayfs
+	// snapshots that containerd downloads and applies, and no mount
+	// daemon starts for it.
+	viaSn, err := cl.pull(plainRef, "damselfly", true)
+	if err != nil {
+		t.Fatalf("pull %s through the snapshotter: %v", plainRef, err)
+	}
+	if got := cl.run("plain-sn", viaSn, "damselfly").wait(time.Minute); got != im.want {
+		t.Errorf("plain image through the snapshotter printed %q, want %q", got, im.want)
+	}
+	entries, _ := os.ReadDir(filepath.Join(sn.root, "mounts"))
+	for _, e := range entries {
+		if !strings.HasPrefix(im.rafs, "sha256:"+e.Name()) {
+			t.Errorf("mount daemon directory %s for a plain image", e.Name())
+		}
+	}
+
 	// Two containers share one daemon.
 	a := cl.run("lazy-a", img, "damselfly", "loop")
 	b := cl.run("lazy-b", img, "damselfly", "loop")
