@@ -3,6 +3,7 @@ package snapshotter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -10,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -245,12 +248,29 @@ func TestRemoteSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Two containers and a view share one daemon.
+	// Containers prepared at once, and a view, share one daemon.
 	mp := filepath.Join(root, "mounts", daemonID(ti.digest), "mnt")
-	m1, err := s.Prepare(ctx, "ctr-1", top)
-	if err != nil {
-		t.Fatal(err)
+	var wg sync.WaitGroup
+	mounts := make([][]mount.Mount, 4)
+	errs := make([]error, len(mounts))
+	for i := range mounts {
+		wg.Go(func() { mounts[i], errs[i] = s.Prepare(ctx, fmt.Sprintf("ctr-%d", i+1), top) })
 	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("prepare ctr-%d: %v", i+1, err)
+		}
+	}
+	if got := fakeDaemons(mp); len(got) != 1 {
+		t.Fatalf("daemon processes %v for one image prepared by 4 containers at once, want 1", got)
+	}
+	for _, k := range []string{"ctr-3", "ctr-4"} {
+		if err := s.Remove(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m1 := mounts[0]
 	if got := lowerOf(t, m1); got != mp {
 		t.Errorf("container lowerdir %s, want the image's mount %s", got, mp)
 	}
@@ -260,9 +280,6 @@ func TestRemoteSnapshots(t *testing.T) {
 	pids := s.Daemons()
 	if len(pids) != 1 || pids[ti.digest] == 0 {
 		t.Fatalf("daemons %v, want one for %s", pids, ti.digest)
-	}
-	if _, err := s.Prepare(ctx, "ctr-2", top); err != nil {
-		t.Fatal(err)
 	}
 	v, err := s.View(ctx, "view-1", top)
 	if err != nil {
@@ -403,6 +420,64 @@ func TestRemoteSnapshotFailures(t *testing.T) {
 			}
 		}
 	})
+}
+
+// fakeDaemons returns the pids of live processes whose command line ends
+// with mountpoint.
+func fakeDaemons(mountpoint string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !pidAlive(pid) {
+			continue
+		}
+		if ownsMount(pid, mountpoint) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestAdoptClearsWhatIsNotInUse: at start, a daemon directory with a
+// damaged daemon.json, and one whose daemon is dead and whose image no
+// snapshot uses, are removed; a live daemon nothing uses is stopped.
+func TestAdoptClearsWhatIsNotInUse(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "r")
+	s := newTestSnapshotter(t, root, "")
+	manifest := "sha256:" + strings.Repeat("ab", 32)
+	if _, err := s.daemons.ensure(t.Context(), manifest, "docker://127.0.0.1:1/app@"+manifest); err != nil {
+		t.Fatal(err)
+	}
+	live := s.Daemons()[manifest]
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mounts := filepath.Join(root, "mounts")
+	for id, state := range map[string]string{
+		"0123456789abcdef": "{not json",
+		"fedcba9876543210": `{"manifest":"sha256:fedcba9876543210` + strings.Repeat("0", 48) + `","image":"docker://h/a@x","pid":999999999}`,
+	} {
+		if err := os.MkdirAll(filepath.Join(mounts, id, "mnt"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(mounts, id, "daemon.json"), []byte(state), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = newTestSnapshotter(t, root, "")
+	defer s.Close()
+	if got := s.Daemons(); len(got) != 0 {
+		t.Errorf("daemons %v, want none: no snapshot uses any image", got)
+	}
+	waitGone(t, live)
+	entries, err := os.ReadDir(mounts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("left in mounts/: %s", e.Name())
+	}
 }
 
 // waitGone waits for pid to exit.
