@@ -207,11 +207,15 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 		if err != nil {
 			return nil, err
 		}
-		_, _, _, onRAFS = rafsImage(chain)
-	}
-	if onRAFS {
-		s.users.RLock()
-		defer s.users.RUnlock()
+		var manifest, image string
+		manifest, image, _, onRAFS = rafsImage(chain)
+		if onRAFS {
+			if err := s.startDaemon(ctx, manifest, image); err != nil {
+				return nil, fmt.Errorf("snapshot %s: %w", key, err)
+			}
+			s.users.RLock()
+			defer s.users.RUnlock()
+		}
 	}
 	var err error
 	if kind == snapshots.KindView {
@@ -243,12 +247,28 @@ func (s *Snapshotter) Mounts(ctx context.Context, key string) ([]mount.Mount, er
 	if err != nil {
 		return nil, err
 	}
-	if _, _, _, ok := rafsImage(chain[1:]); !ok {
+	manifest, image, _, ok := rafsImage(chain[1:])
+	if !ok {
 		return s.Snapshotter.Mounts(ctx, key)
+	}
+	if err := s.startDaemon(ctx, manifest, image); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", key, err)
 	}
 	s.users.RLock()
 	defer s.users.RUnlock()
 	return s.rafsMounts(ctx, key)
+}
+
+// startDaemon starts the image's daemon if it is not running, before
+// s.users is taken: a start can take as long as the bootstrap's fetch,
+// and a waiting syncDaemons would hold up every snapshot on a RAFS image
+// meanwhile. Under s.users, rafsMounts then finds it running (or starts
+// it again if it was stopped in between).
+func (s *Snapshotter) startDaemon(ctx context.Context, manifest, image string) error {
+	if _, err := s.daemons.ensure(ctx, manifest, image+"@"+manifest); err != nil {
+		return fmt.Errorf("mount RAFS image %s: %w", image, err)
+	}
+	return nil
 }
 
 // rafsMounts ensures the daemon of the RAFS image key stands on and
