@@ -42,8 +42,9 @@ import (
 )
 
 // lazySource is the program of the lazy image: it reads /data/blob and
-// prints its digest; with the argument "loop" it does so every 200ms
-// until it is killed, re-reading the file through a fresh open each time.
+// prints its digest, then writes a file and appends to /data/blob (the
+// rootfs is writable) and says so; with the argument "loop" it only
+// reads and prints, every 200ms until it is killed.
 const lazySource = `package main
 
 import (
@@ -62,6 +63,22 @@ func main() {
 		}
 		fmt.Printf("lazy: /data/blob sha256:%x\n", sha256.Sum256(b))
 		if len(os.Args) < 2 || os.Args[1] != "loop" {
+			// The rootfs is writable: a new file, and a file of the
+			// image changed in place (copied up from the lower layer).
+			if err := os.WriteFile("/data/new", b[:4096], 0o644); err != nil {
+				fmt.Println("lazy: write:", err)
+				os.Exit(1)
+			}
+			f, err := os.OpenFile("/data/blob", os.O_WRONLY|os.O_APPEND, 0)
+			if err == nil {
+				_, err = f.Write([]byte("more"))
+				f.Close()
+			}
+			if err != nil {
+				fmt.Println("lazy: append:", err)
+				os.Exit(1)
+			}
+			fmt.Println("lazy: wrote")
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -607,7 +624,7 @@ func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 	// read came from the registry, by range.
 	start = time.Now()
 	one := cl.run("lazy-once", img, "damselfly")
-	if got := one.wait(time.Minute); got != im.want {
+	if got := one.wait(time.Minute); got != im.want+"\nlazy: wrote" {
 		t.Fatalf("container printed %q, want %q\n--- snapshotter:\n%s", got, im.want, sn.p.LogTail(4000))
 	}
 	runTime := time.Since(start)
@@ -648,7 +665,7 @@ func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 			t.Errorf("overlayfs pull: the registry served %d bytes of layer %s, want all %d", b.bytes, d, size)
 		}
 	}
-	if got := cl.run("plain-once", plainImg, "overlayfs").wait(time.Minute); got != im.want {
+	if got := cl.run("plain-once", plainImg, "overlayfs").wait(time.Minute); got != im.want+"\nlazy: wrote" {
 		t.Errorf("overlayfs container printed %q, want %q", got, im.want)
 	}
 	t.Logf("measured: overlayfs pull of the original image (from the index) %v", plainPull.Round(time.Millisecond))
@@ -661,7 +678,7 @@ func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pull %s through the snapshotter: %v", plainRef, err)
 	}
-	if got := cl.run("plain-sn", viaSn, "damselfly").wait(time.Minute); got != im.want {
+	if got := cl.run("plain-sn", viaSn, "damselfly").wait(time.Minute); got != im.want+"\nlazy: wrote" {
 		t.Errorf("plain image through the snapshotter printed %q, want %q", got, im.want)
 	}
 	entries, _ := os.ReadDir(filepath.Join(sn.root, "mounts"))
@@ -698,7 +715,7 @@ func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 		t.Errorf("snapshots after the restart:\n%s\nwant as before:\n%s", strings.Join(after, "\n"), strings.Join(before, "\n"))
 	}
 	third := cl.run("lazy-c", img, "damselfly")
-	if got := third.wait(time.Minute); got != im.want {
+	if got := third.wait(time.Minute); got != im.want+"\nlazy: wrote" {
 		t.Errorf("container after the restart printed %q, want %q", got, im.want)
 	}
 	third.remove()
@@ -724,7 +741,7 @@ func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 	// A mount daemon that dies is replaced at the same mountpoint for new
 	// readers while a snapshot still uses the image.
 	kept := cl.run("lazy-d", img, "damselfly")
-	if got := kept.wait(time.Minute); got != im.want {
+	if got := kept.wait(time.Minute); got != im.want+"\nlazy: wrote" {
 		t.Errorf("container printed %q, want %q", got, im.want)
 	}
 	dead := mountDaemons(sn.root)
@@ -744,7 +761,7 @@ func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 		t.Fatalf("mount daemons %v %v after SIGKILL of %d, want one new one", replaced, time.Since(killed).Round(time.Millisecond), dead[0])
 	}
 	t.Logf("measured: a killed mount daemon was replaced after %v", time.Since(killed).Round(time.Millisecond))
-	if got := cl.run("lazy-e", img, "damselfly").wait(time.Minute); got != im.want {
+	if got := cl.run("lazy-e", img, "damselfly").wait(time.Minute); got != im.want+"\nlazy: wrote" {
 		t.Errorf("container on the replaced mount printed %q, want %q", got, im.want)
 	}
 	kept.remove()
