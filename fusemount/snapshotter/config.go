@@ -20,8 +20,12 @@ type Config struct {
 	// mountpoint, status socket, daemon.json and log).
 	Root string `mapstructure:"root"`
 	// Address is the unix socket containerd's proxy_plugins entry names.
-	Address string      `mapstructure:"address"`
-	Mount   MountConfig `mapstructure:"mount"`
+	Address string `mapstructure:"address"`
+	// Insecure talks plain HTTP to every registry (loopback registries
+	// always are), for manifests and bootstraps here and for everything
+	// the mount daemons fetch (they get --insecure).
+	Insecure bool        `mapstructure:"insecure"`
+	Mount    MountConfig `mapstructure:"mount"`
 	// MountTimeout bounds a mount daemon's start, bootstrap fetch included.
 	MountTimeout time.Duration `mapstructure:"mount_timeout" config:"advanced"`
 	// CheckInterval is how often the mount daemons in use are checked;

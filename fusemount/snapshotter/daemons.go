@@ -99,7 +99,11 @@ func (p *daemons) mountCommand(st daemonState, mp, sock string) (*exec.Cmd, erro
 	if p.cfg.Mount.Config != "" {
 		args = append(args, "--config", p.cfg.Mount.Config)
 	}
-	args = append(args, "mount", st.Image, mp)
+	args = append(args, "mount")
+	if p.cfg.Insecure {
+		args = append(args, "--insecure")
+	}
+	args = append(args, st.Image, mp)
 	cmd := exec.Command(bin, args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "DAMSELFLY_") {

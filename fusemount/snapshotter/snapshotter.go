@@ -15,6 +15,8 @@ import (
 	"github.com/containerd/containerd/v2/plugins/snapshots/overlay"
 	"github.com/containerd/containerd/v2/plugins/snapshots/overlay/overlayutils"
 	"github.com/containerd/errdefs"
+
+	"damselfly/rafs/transport"
 )
 
 // Snapshotter is containerd's overlayfs snapshotter with RAFS remote
@@ -45,8 +47,9 @@ var (
 // Options are what New needs besides the Config.
 type Options struct {
 	// Registry reads manifests and bootstraps; nil means NewRegistry
-	// with default transport options (docker config credentials, plain
-	// HTTP to loopback registries).
+	// over rafs/transport: credentials from the node's docker config (as
+	// `damselfly mount docker://`), plain HTTP to loopback registries or,
+	// with Config.Insecure, to all.
 	Registry Registry
 	Logger   *slog.Logger
 }
@@ -62,7 +65,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Snapshotter, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Registry == nil {
-		opts.Registry = NewRegistry(defaultTransport(), cfg.MaxBootstrapBytes)
+		opts.Registry = NewRegistry(transport.Options{Insecure: cfg.Insecure, UserAgent: "damselfly-snapshotter"}, cfg.MaxBootstrapBytes)
 	}
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 		return nil, err
