@@ -482,13 +482,20 @@ func readState(path string) (daemonState, error) {
 // logTail returns what the daemon's log gained after offset, at most the
 // last 2 KiB of it, on one line.
 func logTail(path string, offset int64) string {
-	b, err := os.ReadFile(path)
-	if err != nil || int64(len(b)) < offset {
+	const most = 2048
+	f, err := os.Open(path)
+	if err != nil {
 		return "(no log)"
 	}
-	b = b[offset:]
-	if len(b) > 2048 {
-		b = b[len(b)-2048:]
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() < offset {
+		return "(no log)"
+	}
+	offset = max(offset, st.Size()-most)
+	b, err := io.ReadAll(io.NewSectionReader(f, offset, most))
+	if err != nil {
+		return "(no log)"
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {
