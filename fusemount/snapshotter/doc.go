@@ -22,6 +22,16 @@
 //     mount (mounts.go), served by one `damselfly mount` daemon per image
 //     on the node (daemons.go), shared by every container of the image.
 //
+// containerd asks a snapshotter only about layers it counts as layers
+// (images.IsLayerType: application/vnd.oci.image.layer.* and Docker's).
+// RAFS media types are neither, so a client must present them as OCI
+// layers to its unpacker (integration/cluster's snapshotter test does);
+// CRI does not, and takes the original manifest of a convert --index
+// image instead. Redirecting such a plain pull to the RAFS manifest in
+// the same index here would be unsafe: the plain layers' chain IDs would
+// name empty snapshots that other plain images sharing those layers
+// would then reuse.
+//
 // Mount daemons are separate processes in their own session, so they
 // outlive the snapshotter: a restarted snapshotter adopts them from the
 // state it keeps under the root directory (mounts/<id>/daemon.json and

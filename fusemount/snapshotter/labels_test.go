@@ -76,3 +76,25 @@ func TestParseRemote(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseRemote: labels come from image annotations and clients;
+// parseRemote never panics, and what it accepts is well-formed.
+func FuzzParseRemote(f *testing.F) {
+	f.Add("sha256:chain", "127.0.0.1:5000/team/app:v1", "sha256:"+strings.Repeat("1", 64), "sha256:"+strings.Repeat("2", 64))
+	f.Add("t", "docker.io/library/nginx@sha256:"+strings.Repeat("a", 64), "sha256:"+strings.Repeat("1", 64), "sha256:zz")
+	f.Add("t", "docker://UPPER:v1", "", "")
+	f.Fuzz(func(t *testing.T, target, ref, manifest, layer string) {
+		r, ok, err := parseRemote(map[string]string{
+			snapshots.LabelSnapshotRef:             target,
+			snapshotters.TargetRefLabel:            ref,
+			snapshotters.TargetManifestDigestLabel: manifest,
+			snapshotters.TargetLayerDigestLabel:    layer,
+		})
+		if err != nil || !ok {
+			return
+		}
+		if r.manifest != manifest || r.layer != layer || !strings.HasPrefix(r.repo, "docker://") || strings.ContainsAny(r.repo, "@ ") {
+			t.Fatalf("accepted %+v from %q %q %q", r, ref, manifest, layer)
+		}
+	})
+}
