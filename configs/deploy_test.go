@@ -63,6 +63,30 @@ func TestDeploymentFilesParse(t *testing.T) {
 		t.Errorf("containerd/hosts.toml: got server %q, hosts %v; want a server and the peer's mirror", hosts.Server, hosts.Host)
 	}
 
+	data, err = os.ReadFile("containerd/config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctrd struct {
+		Version      int `toml:"version"`
+		ProxyPlugins map[string]struct {
+			Type    string `toml:"type"`
+			Address string `toml:"address"`
+		} `toml:"proxy_plugins"`
+		Plugins map[string]map[string]any `toml:"plugins"`
+	}
+	if err := toml.Unmarshal(data, &ctrd); err != nil {
+		t.Fatalf("containerd/config.toml: %v", err)
+	}
+	sn := ctrd.ProxyPlugins["damselfly"]
+	if ctrd.Version != 2 || sn.Type != "snapshot" || sn.Address != "/run/damselfly/snapshotter.sock" {
+		t.Errorf("containerd/config.toml: got version %d, proxy plugin %+v; want version 2 and the snapshotter's default address", ctrd.Version, sn)
+	}
+	cri, _ := ctrd.Plugins["io.containerd.grpc.v1.cri"]["containerd"].(map[string]any)
+	if cri["snapshotter"] != "damselfly" || cri["disable_snapshot_annotations"] != false {
+		t.Errorf("containerd/config.toml: CRI settings %v, want snapshotter damselfly and disable_snapshot_annotations false", cri)
+	}
+
 	units, _ := filepath.Glob("systemd/*.service")
 	if len(units) < 3 {
 		t.Fatalf("got %d systemd units, want the peer, scheduler and mount units", len(units))

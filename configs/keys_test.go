@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/viper"
 
 	"damselfly/fusemount"
+	"damselfly/fusemount/snapshotter"
 	"damselfly/peer/daemon"
 )
 
@@ -24,6 +25,7 @@ func TestSamplesNameEveryKey(t *testing.T) {
 		{"peer.yaml", reflect.TypeOf(daemon.Config{})},
 		{"scheduler.yaml", reflect.TypeOf(schedd.Config{})},
 		{"mount.yaml", reflect.TypeOf(fusemount.Config{})},
+		{"snapshotter.yaml", reflect.TypeOf(snapshotter.Config{})},
 	} {
 		v := viper.New()
 		v.SetConfigFile(tt.file)

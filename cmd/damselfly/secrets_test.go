@@ -109,3 +109,28 @@ func TestSchedulerStateDirTightened(t *testing.T) {
 		t.Errorf("the log does not say so:\n%s", logs.String())
 	}
 }
+
+// `snapshotter --print-config` shows the file's settings, and mount.peer
+// without its password.
+func TestSnapshotterPrintConfig(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "snapshotter.yaml")
+	yml := `root: /srv/snapshotter
+mount:
+  peer: http://bob:` + printSecretProxyPassword + `@127.0.0.1:7950
+advanced:
+  check_interval: 2s
+`
+	if err := os.WriteFile(file, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := mustRun(t, nil, "--config", file, "snapshotter", "--print-config")
+	if strings.Contains(r.stdout+r.stderr, printSecretProxyPassword) {
+		t.Errorf("--print-config shows the peer's password:\n%s", r.stdout)
+	}
+	for _, want := range []string{"root: /srv/snapshotter", "127.0.0.1:7950", "check_interval: 2s", "address: /run/damselfly/snapshotter.sock"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("--print-config: no %q in\n%s", want, r.stdout)
+		}
+	}
+}

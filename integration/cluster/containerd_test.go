@@ -74,10 +74,17 @@ disabled_plugins = [
 // directory unmounted before t.TempDir removes it.
 func startContainerd(t *testing.T, name, hosts string) *containerd {
 	t.Helper()
+	return startContainerdWith(t, name, hosts, "")
+}
+
+// startContainerdWith is startContainerd with more of config.toml (TOML
+// tables) after the test's own.
+func startContainerdWith(t *testing.T, name, hosts, extra string) *containerd {
+	t.Helper()
 	dir := t.TempDir()
 	c := &containerd{t: t, name: name, dir: dir, sock: filepath.Join(dir, "containerd.sock"), hosts: hosts}
 	cfg := filepath.Join(dir, "config.toml")
-	body := fmt.Sprintf(containerdConfig, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.sock, c.sock+".ttrpc")
+	body := fmt.Sprintf(containerdConfig, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.sock, c.sock+".ttrpc") + extra
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -113,8 +113,15 @@ func pushHello(t *testing.T, reg *registry) *helloImage {
 // buildHello builds helloSource as a static linux binary and returns it.
 func buildHello(ctx context.Context, t *testing.T) []byte {
 	t.Helper()
+	return buildProgram(ctx, t, helloSource)
+}
+
+// buildProgram builds the Go program source as a static linux binary and
+// returns it.
+func buildProgram(ctx context.Context, t *testing.T, source string) []byte {
+	t.Helper()
 	dir := t.TempDir()
-	for file, body := range map[string]string{"go.mod": "module hello\n\ngo 1.26\n", "main.go": helloSource} {
+	for file, body := range map[string]string{"go.mod": "module hello\n\ngo 1.26\n", "main.go": source} {
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}

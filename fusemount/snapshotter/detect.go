@@ -1,0 +1,130 @@
+package snapshotter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"damselfly/rafs"
+	"damselfly/rafs/image"
+	"damselfly/rafs/transport"
+)
+
+// ErrNotInManifest is returned when the layer digest containerd names is
+// not a layer of the manifest it names.
+var ErrNotInManifest = errors.New("layer not in manifest")
+
+// layerKind says what a layer of a manifest is to the snapshotter:
+// layerBlob, layerBootstrap, or "" for an ordinary (tar) layer that
+// containerd downloads and applies.
+//
+// A manifest is RAFS when it carries rafs.AnnotationVersion or any layer
+// has a RAFS media type (rafs/FORMAT.md, "In an OCI manifest"). In a RAFS
+// manifest every layer must be a RAFS blob or the bootstrap: anything
+// else is an error, never a layer containerd would try to untar.
+func layerKind(m *v1.Manifest, layer string) (string, error) {
+	isRAFS := m.Annotations[rafs.AnnotationVersion] != ""
+	var found *v1.Descriptor
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		switch string(l.MediaType) {
+		case rafs.MediaTypeBlob, rafs.MediaTypeBootstrap:
+			isRAFS = true
+		}
+		if l.Digest.String() == layer && found == nil {
+			found = l
+		}
+	}
+	if found == nil {
+		return "", fmt.Errorf("%s: %w", layer, ErrNotInManifest)
+	}
+	switch string(found.MediaType) {
+	case rafs.MediaTypeBlob:
+		return layerBlob, nil
+	case rafs.MediaTypeBootstrap:
+		return layerBootstrap, nil
+	}
+	if isRAFS {
+		return "", fmt.Errorf("layer %s of a RAFS manifest has media type %q, neither a RAFS blob nor a bootstrap", layer, found.MediaType)
+	}
+	return "", nil
+}
+
+// Registry is where the snapshotter reads manifests and bootstraps.
+type Registry interface {
+	// Manifest returns the manifest of image (docker://HOST/REPO@DIGEST),
+	// checked against the digest. It may block on the network; it is safe
+	// for concurrent use; the caller must not modify the result.
+	Manifest(ctx context.Context, image string) (*v1.Manifest, error)
+	// CheckBootstrap fetches the bootstrap of the RAFS image and verifies
+	// it as a mount would (rafs/image): digest, size, format, and that it
+	// names the manifest's blobs. An error says what is wrong.
+	CheckBootstrap(ctx context.Context, image string) error
+}
+
+// registryClient is the Registry of the repo's own clients
+// (rafs/transport over go-containerregistry, credentials from the
+// node's docker config), with a small cache of manifests: containerd
+// asks about every layer of an image in turn.
+type registryClient struct {
+	opts          transport.Options
+	maxBootstrap  int64
+	mu            sync.Mutex
+	manifests     map[string]*v1.Manifest
+	manifestOrder []string
+}
+
+var _ Registry = (*registryClient)(nil)
+
+// maxCachedManifests bounds the manifest cache.
+const maxCachedManifests = 64
+
+// NewRegistry returns the Registry that reads through rafs/transport
+// with opts, refusing bootstraps that inflate past maxBootstrap bytes
+// (0: rafs.DefaultMaxBootstrapSize).
+func NewRegistry(opts transport.Options, maxBootstrap int64) Registry {
+	return &registryClient{opts: opts, maxBootstrap: maxBootstrap, manifests: map[string]*v1.Manifest{}}
+}
+
+func (c *registryClient) Manifest(ctx context.Context, ref string) (*v1.Manifest, error) {
+	c.mu.Lock()
+	m, ok := c.manifests[ref]
+	c.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	r, err := transport.Parse(ref, c.opts)
+	if err != nil {
+		return nil, err
+	}
+	img, err := transport.ReadImage(ctx, r, c.opts)
+	if err != nil {
+		return nil, err
+	}
+	m, err = img.Manifest()
+	if err != nil {
+		return nil, fmt.Errorf("manifest of %s: %w", ref, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.manifests[ref]; !ok {
+		if len(c.manifestOrder) >= maxCachedManifests {
+			delete(c.manifests, c.manifestOrder[0])
+			c.manifestOrder = c.manifestOrder[1:]
+		}
+		c.manifests[ref] = m
+		c.manifestOrder = append(c.manifestOrder, ref)
+	}
+	return m, nil
+}
+
+func (c *registryClient) CheckBootstrap(ctx context.Context, ref string) error {
+	img, err := image.Open(ctx, ref, image.Options{Transport: c.opts, MaxBootstrapSize: c.maxBootstrap})
+	if err != nil {
+		return err
+	}
+	return img.Close()
+}
