@@ -72,6 +72,15 @@ type FetchResult struct {
 // mean the peer misbehaved. The result is valid with or without an error.
 // Fetch is safe for concurrent use.
 func Fetch(ctx context.Context, h host.Host, p peer.ID, blob rafs.Digest, chunks []rafs.Chunk, deliver func(c rafs.Chunk, stored []byte) error) (FetchResult, error) {
+	return FetchWatched(ctx, h, p, blob, chunks, deliver, nil)
+}
+
+// FetchWatched is Fetch that also calls onBytes with the count of every
+// read of the answer that brought bytes (from the reading goroutine), so
+// that a caller can tell a parent that is slow but sending from one that
+// sends nothing. onBytes may be nil.
+func FetchWatched(ctx context.Context, h host.Host, p peer.ID, blob rafs.Digest, chunks []rafs.Chunk,
+	deliver func(c rafs.Chunk, stored []byte) error, onBytes func(n int)) (FetchResult, error) {
 	res := FetchResult{Unanswered: chunks}
 	if deliver == nil {
 		deliver = func(rafs.Chunk, []byte) error { return nil }
@@ -96,7 +105,7 @@ func Fetch(ctx context.Context, h host.Host, p peer.ID, blob rafs.Digest, chunks
 	}
 	// Read the answer even if the write failed: a busy or closing server
 	// answers without reading the request and closes its side.
-	r := &idleReader{s: s, idle: ReadIdleTimeout}
+	r := &idleReader{s: s, idle: ReadIdleTimeout, onBytes: onBytes}
 	if dl, ok := ctx.Deadline(); ok {
 		r.limit = dl
 	}
@@ -213,10 +222,11 @@ func readStored(r io.Reader, c rafs.Chunk, scratch *[]byte) (stored []byte, bad,
 // progress: each read must return within idle, and none after limit (when
 // set).
 type idleReader struct {
-	s     network.Stream
-	idle  time.Duration
-	limit time.Time
-	set   time.Time // when the deadline was last moved
+	s       network.Stream
+	idle    time.Duration
+	limit   time.Time
+	set     time.Time   // when the deadline was last moved
+	onBytes func(n int) // nil: none
 }
 
 func (r *idleReader) Read(p []byte) (int, error) {
@@ -232,6 +242,9 @@ func (r *idleReader) Read(p []byte) (int, error) {
 		r.set = now
 	}
 	n, err := r.s.Read(p)
+	if n > 0 && r.onBytes != nil {
+		r.onBytes(n)
+	}
 	var te interface{ Timeout() bool }
 	if err != nil && errors.As(err, &te) && te.Timeout() {
 		err = fmt.Errorf("peer made no progress in time (%v): %w", err, os.ErrDeadlineExceeded)

@@ -12,9 +12,13 @@ import (
 	"damselfly/rafs/route"
 )
 
-// A hedged request. A parent that delivers no chunk of a request for
+// A hedged request. A parent that makes no progress on a request for
 // HedgeDelay (counted from the request, then from each chunk it
-// delivers) is not waited for alone: the chunks of the request that are
+// delivers, and from each hedgeProgressBytes it sends: a 4 MiB piece
+// through an uplink shared by several children can take longer than the
+// delay to arrive whole, and asking again elsewhere then only wastes the
+// bytes sent so far; a parent trickling slower than that counts as
+// stalled) is not waited for alone: the chunks of the request that are
 // still pending are asked for again, wherever the Router now says (its
 // count of the first assignment as load on the slow parent lets another
 // holder rank first), or from the origin when the Router gives this node
@@ -46,12 +50,21 @@ type hedger struct {
 	done  bool // finish was called: no hedge starts after it
 	wg    sync.WaitGroup
 	won   atomic.Bool // the hedge got every chunk and cancelled the request
+
+	// sent counts bytes since the last progress; moved is when the
+	// request last made progress (Unix ns), read by fire.
+	sent  atomic.Int64
+	moved atomic.Int64
 }
+
+// hedgeProgressBytes is how many bytes of an answer count as progress.
+const hedgeProgressBytes = 64 << 10
 
 // startHedge starts watching a request for batch to parent slow; primary
 // cancels that request. ctx bounds the hedge.
 func (e *Engine) startHedge(ctx context.Context, primary context.CancelFunc, g *group, slow lpeer.ID, batch []rafs.Chunk) *hedger {
 	h := &hedger{e: e, g: g, slow: slow, ords: ordinalsOf(batch), primary: primary, delay: e.cfg.HedgeDelay}
+	h.moved.Store(time.Now().UnixNano())
 	h.ctx, h.stop = context.WithCancel(ctx)
 	// Under the lock: fire takes it first, so a timer that fires at once
 	// (a tiny delay on a loaded machine) finds h.timer set.
@@ -67,6 +80,7 @@ func (h *hedger) progress() {
 	if h == nil {
 		return
 	}
+	h.moved.Store(time.Now().UnixNano())
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.fired && !h.done {
@@ -74,9 +88,28 @@ func (h *hedger) progress() {
 	}
 }
 
+// bytes notes that the watched request brought n bytes: each
+// hedgeProgressBytes of them are progress.
+func (h *hedger) bytes(n int) {
+	if h == nil {
+		return
+	}
+	if h.sent.Add(int64(n)) >= hedgeProgressBytes {
+		h.sent.Store(0)
+		h.moved.Store(time.Now().UnixNano())
+	}
+}
+
 func (h *hedger) fire() {
 	h.mu.Lock()
 	if h.fired || h.done {
+		h.mu.Unlock()
+		return
+	}
+	if since := time.Since(time.Unix(0, h.moved.Load())); since < h.delay {
+		// Bytes came meanwhile: wait out the rest of the delay from
+		// the last of them.
+		h.timer.Reset(h.delay - since)
 		h.mu.Unlock()
 		return
 	}
@@ -177,4 +210,12 @@ func (e *Engine) hedgeFetch(ctx context.Context, g *group, slow lpeer.ID, cs []r
 	}
 	wg.Wait()
 	return asked
+}
+
+// bytesFunc is bytes as a callback, nil for a nil hedger.
+func (h *hedger) bytesFunc() func(int) {
+	if h == nil {
+		return nil
+	}
+	return h.bytes
 }

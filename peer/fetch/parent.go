@@ -51,11 +51,11 @@ func (e *Engine) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, re
 		if hedge && e.cfg.HedgeDelay > 0 {
 			hg = e.startHedge(ctx, cancel, g, p.ID, batch)
 		}
-		res, err := exchange.Fetch(pctx, e.h, p.ID, g.blob, batch, func(c rafs.Chunk, stored []byte) error {
+		res, err := exchange.FetchWatched(pctx, e.h, p.ID, g.blob, batch, func(c rafs.Chunk, stored []byte) error {
 			e.keep(g, c, stored, SourcePeer) // stored is ours (exchange.Fetch)
 			hg.progress()
 			return nil
-		})
+		}, hg.bytesFunc())
 		won := hg.finish() // the hedge got every chunk first: the request was cancelled for it
 		cancel()
 		o.Bytes += res.Bytes
