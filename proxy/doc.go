@@ -14,7 +14,8 @@
 //     comes from containerd's ?ns= parameter, the X-Damselfly-Registry (or
 //     X-Dragonfly-Registry) header, or the configured default. While
 //     the origin cannot be reached, manifests it served before are
-//     answered from the node's manifest store (WithManifests) to the
+//     answered from the node's manifest store (WithManifests), or what
+//     it lacks from other peers (WithManifestPeers), to the
 //     clients it allowed.
 //   - The batch chunk endpoint (POST /api/v1/chunks): a mount daemon asks
 //     for many chunks of one RAFS blob at once and reads them back as a
