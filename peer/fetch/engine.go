@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -121,6 +122,9 @@ type Engine struct {
 	m         *Metrics
 	recent    *recent
 	now       func() time.Time
+	// kept counts the chunks this engine has cached and let go of
+	// (keep): a fetch compares it with its reads' (group.probed).
+	kept atomic.Uint64
 
 	life context.Context // done when the engine is closed
 	stop context.CancelFunc

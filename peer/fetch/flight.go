@@ -39,7 +39,7 @@ type wanted struct {
 // progress for their keys (the chunk's digest and algorithm, up's source,
 // blob and the chunk's description) and starting one fetch for the rest.
 // Every flight returned holds a reference that leave releases.
-func (e *Engine) join(up registry.Ref, blob, atOrigin rafs.Digest, cs []rafs.Chunk) []*chunkFlight {
+func (e *Engine) join(up registry.Ref, blob, atOrigin rafs.Digest, cs []rafs.Chunk, probed uint64) []*chunkFlight {
 	src := sourceOf(up)
 	keys := make([]flightKey, len(cs))
 	for i, c := range cs {
@@ -61,7 +61,7 @@ func (e *Engine) join(up registry.Ref, blob, atOrigin rafs.Digest, cs []rafs.Chu
 	}
 	if !e.launch(func() {
 		defer b.Cancel()
-		e.fetch(ctx, up, blob, atOrigin, lead)
+		e.fetch(ctx, up, blob, atOrigin, lead, probed)
 	}) {
 		b.Cancel()
 		for _, w := range lead {

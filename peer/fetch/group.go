@@ -31,6 +31,9 @@ type group struct {
 	atOrigin rafs.Digest // as the origin registry knows it
 	up       registry.Ref
 	keeping  *sync.WaitGroup // the fetch's cache writes in the background
+	// probed is Engine.kept when the reads leading the group looked in
+	// the cache: if chunks were kept since, the first round looks again.
+	probed uint64
 
 	// all are the group's flights by ordinal, pending or not; set
 	// before the fetch starts and not changed after.
@@ -120,7 +123,7 @@ func (g *group) left() int {
 
 // fetch gets the chunks of the flights it leads and finishes every one of
 // them, with its bytes or an error, before it returns.
-func (e *Engine) fetch(ctx context.Context, up registry.Ref, blob, atOrigin rafs.Digest, lead []wanted) {
+func (e *Engine) fetch(ctx context.Context, up registry.Ref, blob, atOrigin rafs.Digest, lead []wanted, probed uint64) {
 	all := lead
 	var keeping sync.WaitGroup
 	defer func() {
@@ -148,7 +151,7 @@ func (e *Engine) fetch(ctx context.Context, up registry.Ref, blob, atOrigin rafs
 	// The protocol names chunks by ordinal: a batch with two chunks of one
 	// ordinal (only a broken request has them) is fetched in groups.
 	for len(lead) > 0 && ctx.Err() == nil {
-		g := &group{blob: blob, atOrigin: atOrigin, up: up, keeping: &keeping, pending: make(map[uint32]wanted), all: make(map[uint32]*chunkFlight)}
+		g := &group{blob: blob, atOrigin: atOrigin, up: up, keeping: &keeping, probed: probed, pending: make(map[uint32]wanted), all: make(map[uint32]*chunkFlight)}
 		var rest []wanted
 		for _, w := range lead {
 			if _, dup := g.pending[w.c.Ordinal]; dup {
@@ -205,8 +208,11 @@ func (e *Engine) abandonMissing(blob rafs.Digest, ws []wanted) {
 // good, or went FetchDeadline without any chunk of the group arriving.
 // The first round goes out at once: the reads that lead the group's
 // flights found its chunks missing from the cache a moment ago (one
-// lookup per chunk per read, read.go). Before each later round the cache
-// is looked at again, as another read may have brought a chunk since.
+// lookup per chunk per read, read.go), unless a chunk was kept since
+// then (another read's fetch may have cached one of them and left the
+// group between that lookup and this fetch's start: it would otherwise
+// come from the origin again). Before each later round the cache is
+// looked at again, as another read may have brought a chunk since.
 func (e *Engine) fetchGroup(ctx context.Context, g *group) {
 	g.tr.start, g.tr.chunks = time.Now(), g.left()
 	defer e.logSlow(g)
@@ -217,7 +223,7 @@ func (e *Engine) fetchGroup(ctx context.Context, g *group) {
 	retry := backoff.Schedule{First: 2 * minRetryDelay, Max: e.cfg.MaxRetryDelay}
 	failed := 0
 	for first := true; g.left() > 0 && ctx.Err() == nil; first = false {
-		if !first {
+		if !first || e.kept.Load() != g.probed {
 			e.fromCache(g)
 			if g.left() == 0 {
 				return

@@ -87,6 +87,7 @@ func (e *Engine) keep(g *group, c rafs.Chunk, stored []byte, source string) {
 			e.hold.Missed(g.blob, cache.KeyOf(c))
 			e.router.Abandon(g.blob, []uint32{c.Ordinal})
 		}
+		e.kept.Add(1) // before the flight leaves the group (fetchGroup)
 		e.flights.Settle(f)
 	}()
 }

@@ -56,6 +56,7 @@ func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob, atOrigin
 			return chunkError(i, false, err)
 		}
 	}
+	probed := e.kept.Load()
 	for i, c := range chunks {
 		// A hit only for a chunk known to be part of blob (holdsKey):
 		// one that is in the cache for another blob is fetched as part
@@ -67,7 +68,7 @@ func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob, atOrigin
 	}
 	flights := make(map[int]*chunkFlight, len(missIdx))
 	if len(missChunks) > 0 {
-		fs := e.join(up, blob, atOrigin, missChunks)
+		fs := e.join(up, blob, atOrigin, missChunks, probed)
 		defer e.leave(fs)
 		for j, i := range missIdx {
 			flights[i] = fs[j]
@@ -94,7 +95,7 @@ func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob, atOrigin
 				continue
 			}
 			// Evicted since Has, or corrupt: fetch it on its own.
-			fs := e.join(up, blob, atOrigin, []rafs.Chunk{c})
+			fs := e.join(up, blob, atOrigin, []rafs.Chunk{c}, e.kept.Load())
 			defer e.leave(fs)
 			f = fs[0]
 		}
