@@ -389,7 +389,7 @@ func prepareMountpoint(mp string, log *slog.Logger) (string, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return "", fmt.Errorf("mountpoint %s is not a directory", abs)
 	}
-	mounted, err := isMountpoint(abs)
+	mounted, err := IsMountpoint(abs)
 	if err != nil {
 		return "", err
 	}
@@ -399,9 +399,9 @@ func prepareMountpoint(mp string, log *slog.Logger) (string, error) {
 	return abs, nil
 }
 
-// isMountpoint reports whether dir is the mount point of a mount, from
-// /proc/self/mountinfo.
-func isMountpoint(dir string) (bool, error) {
+// IsMountpoint reports whether dir (absolute, cleaned) is the mount
+// point of a mount, from /proc/self/mountinfo.
+func IsMountpoint(dir string) (bool, error) {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return false, err
@@ -460,6 +460,6 @@ func Unmount(mountpoint string) error {
 }
 
 func mustBeMounted(dir string) bool {
-	ok, _ := isMountpoint(dir)
+	ok, _ := IsMountpoint(dir)
 	return ok
 }

@@ -47,7 +47,7 @@ func TestExternalUnmountStopsDaemon(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("daemon still running 20s after external unmount")
 			}
-			if ok, _ := isMountpoint(mp); ok {
+			if ok, _ := IsMountpoint(mp); ok {
 				t.Error("mountpoint still mounted")
 			}
 		})
@@ -143,7 +143,7 @@ func startDaemon(t *testing.T, ref, mp, cfgFile string) *exec.Cmd {
 		syscall.Unmount(mp, syscall.MNT_DETACH)
 	})
 	rafstest.Eventually(t, 30*time.Second, "daemon to mount", func() bool {
-		ok, _ := isMountpoint(mp)
+		ok, _ := IsMountpoint(mp)
 		var sfs syscall.Statfs_t
 		return ok && syscall.Statfs(mp, &sfs) == nil && sfs.Files > 0
 	})
@@ -172,7 +172,7 @@ func TestSignalsAndStaleMounts(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("daemon exit after SIGTERM: %v", err)
 	}
-	if ok, _ := isMountpoint(mp); ok {
+	if ok, _ := IsMountpoint(mp); ok {
 		t.Fatal("still mounted after SIGTERM")
 	}
 	t.Logf("measured: SIGTERM to daemon exit, unmounted: %v", time.Since(start).Round(time.Millisecond))
@@ -194,7 +194,7 @@ func TestSignalsAndStaleMounts(t *testing.T) {
 	if out, err := exec.Command(damselflyBinary(t), "umount", mp).CombinedOutput(); err != nil {
 		t.Fatalf("damselfly umount: %v: %s", err, out)
 	}
-	if ok, _ := isMountpoint(mp); ok {
+	if ok, _ := IsMountpoint(mp); ok {
 		t.Fatal("still mounted after damselfly umount")
 	}
 	// damselfly umount waits for the daemon: nothing of it is left.

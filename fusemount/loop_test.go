@@ -122,7 +122,7 @@ func TestMountUnmountLoop(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("cycle %d (%s): daemon still running 20s after the unmount", i, how)
 		}
-		if ok, _ := isMountpoint(opts.Mountpoint); ok {
+		if ok, _ := IsMountpoint(opts.Mountpoint); ok {
 			t.Fatalf("cycle %d (%s): still mounted", i, how)
 		}
 		return sum
@@ -205,7 +205,7 @@ func TestDaemonMountUnmountLoop(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("cycle %d (%s): daemon still running 20s after the unmount", i, how)
 		}
-		if ok, _ := isMountpoint(mp); ok {
+		if ok, _ := IsMountpoint(mp); ok {
 			t.Fatalf("cycle %d (%s): still mounted", i, how)
 		}
 	}

@@ -5,6 +5,7 @@ package snapshotter
 // facts a restarted snapshotter decides by.
 
 import (
+	"damselfly/fusemount"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,33 +124,6 @@ func mounted(dir string) bool {
 	if err := unix.Statfs(dir, &sfs); errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED) {
 		return true
 	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && unescapeMountinfo(f[4]) == dir {
-			return true
-		}
-	}
-	return false
-}
-
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	ok, err := fusemount.IsMountpoint(dir)
+	return err == nil && ok
 }
