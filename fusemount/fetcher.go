@@ -158,7 +158,10 @@ type Fetcher struct {
 	closed bool // no goroutine starts after Close
 }
 
-var _ ChunkReader = (*Fetcher)(nil)
+var (
+	_ ChunkReader = (*Fetcher)(nil)
+	_ ChunkViewer = (*Fetcher)(nil)
+)
 
 // NewFetcher builds the read path over b. c may be nil.
 func NewFetcher(b *rafs.Bootstrap, c *cache.Cache, be Backend, cfg FetcherConfig, m *Metrics, log *slog.Logger) (*Fetcher, error) {
@@ -213,6 +216,24 @@ func (f *Fetcher) ReadChunkAt(ctx context.Context, c rafs.Chunk, off int, p []by
 	copy(p, data[off:])
 	f.m.observeRead(src, len(p), time.Since(start))
 	return nil
+}
+
+// ViewChunk implements ChunkViewer: the decoded chunks it returns are
+// allocated for the chunk and never written again (memory keeps them as
+// they are), so a reply may be written from them while they leave memory.
+func (f *Fetcher) ViewChunk(ctx context.Context, c rafs.Chunk) ([]byte, error) {
+	start := time.Now()
+	data, src, err := f.chunk(ctx, c, modeDemand)
+	if err != nil {
+		f.m.errors.Inc()
+		return nil, err
+	}
+	if len(data) != int(c.Size) {
+		f.m.errors.Inc()
+		return nil, fmt.Errorf("chunk %s: %d decoded bytes, want %d", c.Digest, len(data), c.Size)
+	}
+	f.m.observeRead(src, len(data), time.Since(start))
+	return data, nil
 }
 
 // fetchMode says who wants a chunk: a reader waiting now, readahead for
