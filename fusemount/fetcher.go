@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
-
 	"damselfly/fusemount/backend"
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
@@ -141,7 +139,7 @@ type Fetcher struct {
 	runs    DecodedChunkBackend // nil: the backend reads byte ranges only
 	cfg     FetcherConfig
 	log     *slog.Logger
-	mem     *lru.Cache[uint32, []byte]
+	mem     *memory
 	flights flight.Group[uint32, fetched] // flight.go
 	m       *Metrics
 
@@ -174,11 +172,7 @@ func NewFetcher(b *rafs.Bootstrap, c *cache.Cache, be Backend, cfg FetcherConfig
 	if cfg.VerifyRetries <= 0 {
 		cfg.VerifyRetries = 3
 	}
-	n := max(4, int(cfg.MemoryBytes/int64(b.ChunkSize())))
-	mem, err := lru.New[uint32, []byte](n)
-	if err != nil {
-		return nil, err
-	}
+	mem := newMemory(cfg.MemoryBytes)
 	if m == nil {
 		m = NewMetrics()
 	}
