@@ -54,8 +54,9 @@ type DecodedChunkBackend interface {
 	// ReadDecodedChunksFrom is ReadChunksFrom whose deliver also gets
 	// plain and src: src is the source that delivered chunk i; plain,
 	// when not nil, is its decoded content (dc.Size bytes) already
-	// checked against dc.Digest, valid only during the call. Chunks
-	// delivered with plain nil are unverified: deliver checks them.
+	// checked against dc.Digest, made for this chunk alone: deliver may
+	// keep it, and nobody else writes it. Chunks delivered with plain nil
+	// are unverified: deliver checks them.
 	ReadDecodedChunksFrom(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk,
 		deliver func(i int, dc rafs.Chunk, stored, plain []byte, src string) error) (string, error)
 }
@@ -504,18 +505,18 @@ func (f *Fetcher) read(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk,
 
 // accept checks the bytes of chunk k delivered in the form as describes,
 // and stores the chunk. plain, when not nil, is its decoded content,
-// which the backend has verified in this process: it is copied, not
-// decoded and hashed again. It returns the decoded bytes.
+// which the backend has verified in this process and hands over (the
+// DecodedChunkBackend contract): it is kept, not decoded and hashed
+// again, nor copied. It returns the decoded bytes.
 func (f *Fetcher) accept(blob rafs.Blob, k, as rafs.Chunk, stored, plain []byte, src string, keep bool) ([]byte, error) {
-	dec := make([]byte, k.Size)
+	dec := plain
 	var err error
 	switch {
 	case plain == nil:
+		dec = make([]byte, k.Size)
 		err = rafs.DecodeChunk(as, stored, dec)
-	case len(plain) != len(dec):
-		err = fmt.Errorf("backend decoded chunk %s to %d bytes, want %d", k.Digest, len(plain), len(dec))
-	default:
-		copy(dec, plain)
+	case len(plain) != int(k.Size):
+		err = fmt.Errorf("backend decoded chunk %s to %d bytes, want %d", k.Digest, len(plain), k.Size)
 	}
 	if err != nil {
 		f.m.verifyFailures.Inc()
