@@ -185,6 +185,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mp, err)
 	}
+	if err := raiseReadahead(mp, kernelReadaheadKB); err != nil {
+		// Not root, or no sysfs: reads stay at the kernel's 128 KiB.
+		d.log.Debug("kernel readahead of the mount left as it is", "mountpoint", mp, "err", err)
+	}
 	served := make(chan struct{})
 	go func() {
 		d.server.Serve()

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
-
 	"damselfly/fusemount/backend"
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
@@ -56,8 +54,9 @@ type DecodedChunkBackend interface {
 	// ReadDecodedChunksFrom is ReadChunksFrom whose deliver also gets
 	// plain and src: src is the source that delivered chunk i; plain,
 	// when not nil, is its decoded content (dc.Size bytes) already
-	// checked against dc.Digest, valid only during the call. Chunks
-	// delivered with plain nil are unverified: deliver checks them.
+	// checked against dc.Digest, made for this chunk alone: deliver may
+	// keep it, and nobody else writes it. Chunks delivered with plain nil
+	// are unverified: deliver checks them.
 	ReadDecodedChunksFrom(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk,
 		deliver func(i int, dc rafs.Chunk, stored, plain []byte, src string) error) (string, error)
 }
@@ -141,7 +140,7 @@ type Fetcher struct {
 	runs    DecodedChunkBackend // nil: the backend reads byte ranges only
 	cfg     FetcherConfig
 	log     *slog.Logger
-	mem     *lru.Cache[uint32, []byte]
+	mem     *memory
 	flights flight.Group[uint32, fetched] // flight.go
 	m       *Metrics
 
@@ -158,7 +157,10 @@ type Fetcher struct {
 	closed bool // no goroutine starts after Close
 }
 
-var _ ChunkReader = (*Fetcher)(nil)
+var (
+	_ ChunkReader = (*Fetcher)(nil)
+	_ ChunkViewer = (*Fetcher)(nil)
+)
 
 // NewFetcher builds the read path over b. c may be nil.
 func NewFetcher(b *rafs.Bootstrap, c *cache.Cache, be Backend, cfg FetcherConfig, m *Metrics, log *slog.Logger) (*Fetcher, error) {
@@ -171,11 +173,7 @@ func NewFetcher(b *rafs.Bootstrap, c *cache.Cache, be Backend, cfg FetcherConfig
 	if cfg.VerifyRetries <= 0 {
 		cfg.VerifyRetries = 3
 	}
-	n := max(4, int(cfg.MemoryBytes/int64(b.ChunkSize())))
-	mem, err := lru.New[uint32, []byte](n)
-	if err != nil {
-		return nil, err
-	}
+	mem := newMemory(cfg.MemoryBytes)
 	if m == nil {
 		m = NewMetrics()
 	}
@@ -213,6 +211,24 @@ func (f *Fetcher) ReadChunkAt(ctx context.Context, c rafs.Chunk, off int, p []by
 	copy(p, data[off:])
 	f.m.observeRead(src, len(p), time.Since(start))
 	return nil
+}
+
+// ViewChunk implements ChunkViewer: the decoded chunks it returns are
+// allocated for the chunk and never written again (memory keeps them as
+// they are), so a reply may be written from them while they leave memory.
+func (f *Fetcher) ViewChunk(ctx context.Context, c rafs.Chunk) ([]byte, error) {
+	start := time.Now()
+	data, src, err := f.chunk(ctx, c, modeDemand)
+	if err != nil {
+		f.m.errors.Inc()
+		return nil, err
+	}
+	if len(data) != int(c.Size) {
+		f.m.errors.Inc()
+		return nil, fmt.Errorf("chunk %s: %d decoded bytes, want %d", c.Digest, len(data), c.Size)
+	}
+	f.m.observeRead(src, len(data), time.Since(start))
+	return data, nil
 }
 
 // fetchMode says who wants a chunk: a reader waiting now, readahead for
@@ -489,18 +505,18 @@ func (f *Fetcher) read(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk,
 
 // accept checks the bytes of chunk k delivered in the form as describes,
 // and stores the chunk. plain, when not nil, is its decoded content,
-// which the backend has verified in this process: it is copied, not
-// decoded and hashed again. It returns the decoded bytes.
+// which the backend has verified in this process and hands over (the
+// DecodedChunkBackend contract): it is kept, not decoded and hashed
+// again, nor copied. It returns the decoded bytes.
 func (f *Fetcher) accept(blob rafs.Blob, k, as rafs.Chunk, stored, plain []byte, src string, keep bool) ([]byte, error) {
-	dec := make([]byte, k.Size)
+	dec := plain
 	var err error
 	switch {
 	case plain == nil:
+		dec = make([]byte, k.Size)
 		err = rafs.DecodeChunk(as, stored, dec)
-	case len(plain) != len(dec):
-		err = fmt.Errorf("backend decoded chunk %s to %d bytes, want %d", k.Digest, len(plain), len(dec))
-	default:
-		copy(dec, plain)
+	case len(plain) != int(k.Size):
+		err = fmt.Errorf("backend decoded chunk %s to %d bytes, want %d", k.Digest, len(plain), k.Size)
 	}
 	if err != nil {
 		f.m.verifyFailures.Inc()

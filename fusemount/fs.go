@@ -112,6 +112,17 @@ type ChunkReader interface {
 	ReadChunkAt(ctx context.Context, c rafs.Chunk, off int, p []byte) error
 }
 
+// ChunkViewer is a ChunkReader that also lends out the decoded bytes of
+// a chunk, so that a read's reply is written to the kernel straight
+// from them (one writev of slices) rather than copied into a reply
+// buffer first. Read finds it by type assertion.
+type ChunkViewer interface {
+	// ViewChunk returns the verified decoded bytes of c (c.Size of
+	// them). Nobody writes them again: the caller may hold them for as
+	// long as it likes and must not modify them.
+	ViewChunk(ctx context.Context, c rafs.Chunk) ([]byte, error)
+}
+
 func newRafsFS(b *rafs.Bootstrap, chunks ChunkReader, image string, timeout time.Duration, log *slog.Logger) *rafsFS {
 	return &rafsFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), b: b, chunks: chunks, image: image, timeout: timeout, log: log}
 }
@@ -369,6 +380,8 @@ func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 			ra.Readahead(ino, last)
 		}
 	}
+	viewer, _ := f.chunks.(ChunkViewer)
+	var vecs [][]byte
 	done := uint64(0)
 	for done < size {
 		off := in.Offset + done
@@ -385,7 +398,16 @@ func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 			f.log.Debug("read failed: the chunk's read failed just before", "image", f.image, "file", f.pathOf(ino), "offset", off, "chunk", c.Digest.String(), "err", err)
 			return nil, fuse.EIO
 		}
-		if err := f.chunks.ReadChunkAt(ctx, c, int(seg.Off)+within, buf[done:done+n]); err != nil {
+		if viewer != nil {
+			var data []byte
+			if data, err = viewer.ViewChunk(ctx, c); err == nil {
+				at := int(seg.Off) + within
+				vecs = append(vecs, data[at:at+int(n)])
+			}
+		} else {
+			err = f.chunks.ReadChunkAt(ctx, c, int(seg.Off)+within, buf[done:done+n])
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fuse.EINTR
 			}
@@ -394,6 +416,12 @@ func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 			return nil, fuse.EIO
 		}
 		done += n
+	}
+	if viewer != nil {
+		// Written with writev from the chunks themselves: no copy into
+		// buf, and no attempt at splicing, which go-fuse makes (and
+		// gives up) for every reply whose data is a plain buffer.
+		return fuse.ReadResultVector(vecs), fuse.OK
 	}
 	return fuse.ReadResultData(buf[:size]), fuse.OK
 }

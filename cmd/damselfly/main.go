@@ -21,7 +21,9 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	stopProfiles := startProfiles(os.Args[1:])
 	err := newRoot().ExecuteContext(ctx)
+	stopProfiles()
 	stop()
 	if err != nil {
 		if !errors.Is(err, errSilent) {

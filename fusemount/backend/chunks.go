@@ -25,8 +25,9 @@ type DeliverFunc func(i int, c rafs.Chunk, stored []byte) error
 // from the local peer's batch endpoint (chunkapi.Client), so the callee
 // need not decode and hash it again, and src is SourceProxy: that peer
 // puts the chunk in its node cache itself (it may still be doing so), so
-// a callee sharing the cache need not write it; stored and plain are valid only
-// during the call. plain is nil for bytes read by range (from the
+// a callee sharing the cache need not write it. stored is valid only
+// during the call; plain is made for this chunk alone, and the callee may
+// keep it (nobody else writes it). plain is nil for bytes read by range (from the
 // registry, an OCI layout, or a proxy without the batch endpoint): those
 // are unverified and the callee must verify them (rafs.DecodeChunk).
 type DecodedDeliverFunc func(i int, c rafs.Chunk, stored, plain []byte, src Source) error

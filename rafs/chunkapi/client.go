@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -90,10 +91,11 @@ func (cc *Client) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Dig
 }
 
 // ReadChunksDecoded is ReadChunks that also hands deliver plain, the
-// chunk's decoded content (c.Size bytes) whose sha256 it has checked
-// against c.Digest, so that the caller need not decode and hash the chunk
-// again. stored and plain are valid only during the call: the client
-// reuses both buffers for the next chunk.
+// chunk's decoded content (c.Size bytes) which it has checked against
+// c.Digest, so that the caller need not decode and hash the chunk again.
+// plain is made for this chunk alone: the caller may keep it (nobody
+// else writes it). stored is valid only during the call: the client
+// reuses its buffer for the next chunk.
 func (cc *Client) ReadChunksDecoded(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored, plain []byte) error) error {
 	for i, c := range chunks {
@@ -101,7 +103,10 @@ func (cc *Client) ReadChunksDecoded(ctx context.Context, up registry.Ref, blob r
 			return &ChunkError{Index: i, Err: err}
 		}
 	}
-	var stored, plain []byte
+	sp := storedPool.Get().(*[]byte)
+	defer storedPool.Put(sp)
+	stored := (*sp)[:0]
+	defer func() { *sp = stored[:0] }()
 	for start := 0; start < len(chunks); {
 		end, total := start, uint64(0)
 		for end < len(chunks) && end-start < MaxBatchChunks {
@@ -113,13 +118,19 @@ func (cc *Client) ReadChunksDecoded(ctx context.Context, up registry.Ref, blob r
 			end++
 		}
 		var err error
-		if stored, plain, err = cc.batch(ctx, up, blob, chunks, start, end, stored, plain, deliver); err != nil {
+		if stored, err = cc.batch(ctx, up, blob, chunks, start, end, stored, deliver); err != nil {
 			return err
 		}
 		start = end
 	}
 	return nil
 }
+
+// storedPool holds the buffers stored bytes arrive in, one per
+// ReadChunksDecoded call, grown to the largest chunk it read: a fresh one
+// per call cost its allocation, its growth and the first touch of its
+// pages on every batch.
+var storedPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // checkChunk refuses a chunk the endpoint would refuse, so one bad chunk
 // is named by its own index.
@@ -137,10 +148,10 @@ func checkChunk(c rafs.Chunk) error {
 	return nil
 }
 
-// batch reads chunks[start:end] in one request. stored and plain are
-// scratch buffers, returned grown.
+// batch reads chunks[start:end] in one request. stored is a scratch
+// buffer, returned grown.
 func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk, start, end int,
-	stored, plain []byte, deliver func(i int, c rafs.Chunk, stored, plain []byte) error) ([]byte, []byte, error) {
+	stored []byte, deliver func(i int, c rafs.Chunk, stored, plain []byte) error) ([]byte, error) {
 	req := Request{Repo: up.Repo, Blob: blob.String(), Chunks: make([]RequestChunk, 0, end-start)}
 	for _, c := range chunks[start:end] {
 		req.Chunks = append(req.Chunks, RequestChunk{
@@ -150,11 +161,11 @@ func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, 
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return stored, plain, &ChunkError{Index: start, Err: err}
+		return stored, &ChunkError{Index: start, Err: err}
 	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, cc.url, bytes.NewReader(body))
 	if err != nil {
-		return stored, plain, &ChunkError{Index: start, Err: err}
+		return stored, &ChunkError{Index: start, Err: err}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", ContentTypeChunksV2+", "+ContentTypeChunks)
@@ -170,16 +181,16 @@ func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, 
 	}
 	resp, err := cc.hc.Do(hreq)
 	if err != nil {
-		return stored, plain, &ChunkError{Index: start, Transient: ctx.Err() == nil, Err: fmt.Errorf("batch request: %w", err)}
+		return stored, &ChunkError{Index: start, Transient: ctx.Err() == nil, Err: fmt.Errorf("batch request: %w", err)}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorMessage))
 		se := &registry.StatusError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(msg))}
-		return stored, plain, &ChunkError{Index: start, Transient: se.Transient(), Err: fmt.Errorf("proxy: %w", se)}
+		return stored, &ChunkError{Index: start, Transient: se.Transient(), Err: fmt.Errorf("proxy: %w", se)}
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != ContentTypeChunks && mt != ContentTypeChunksV2 {
-		return stored, plain, &ChunkError{Index: start, Err: fmt.Errorf("%w: content type %q", ErrProtocol, resp.Header.Get("Content-Type"))}
+		return stored, &ChunkError{Index: start, Err: fmt.Errorf("%w: content type %q", ErrProtocol, resp.Header.Get("Content-Type"))}
 	}
 	cc.keepGrant(gk, resp.Header.Get(HeaderGrant))
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
@@ -193,9 +204,9 @@ func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, 
 	for i := start; i < end; i++ {
 		f, err := readFrameHead(br)
 		if err != nil {
-			return stored, plain, readErr(i, err)
+			return stored, readErr(i, err)
 		}
-		var p []byte
+		var p, dec []byte
 		c := chunks[i]
 		// The form is the proxy's to say; the digest algorithm is ours.
 		c.Flags = c.Flags&^rafs.ChunkCompressed | f.flags&rafs.ChunkCompressed
@@ -212,28 +223,35 @@ func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, 
 				stored = p
 			}
 			if errors.Is(err, rafs.ErrDigestMismatch) {
-				return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
+				return stored, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
 			} else if err != nil {
-				return stored, plain, readErr(i, unexpected(err))
+				return stored, readErr(i, unexpected(err))
 			}
+			dec = slices.Clone(p) // deliver's to keep; raw chunks (incompressible data) are few
 		} else {
 			var err error
 			if p, stored, err = readPayload(br, int(f.length), stored); err != nil {
-				return stored, plain, readErr(i, unexpected(err))
+				return stored, readErr(i, unexpected(err))
 			}
 			if f.failed {
-				return stored, plain, &ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
+				return stored, &ChunkError{Index: i, Transient: f.transient, Err: fmt.Errorf("proxy: %s", p)}
 			}
-			if err := rafs.VerifyChunk(c, p, &plain); err != nil {
-				return stored, plain, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
+			if !c.Compressed() {
+				// Raw but of another size than the chunk's: refused.
+				err = rafs.VerifyChunk(c, p, nil)
+			} else {
+				// Decoded into memory of its own, which deliver may
+				// keep: made once the stored bytes are all in, for
+				// c.Size, the caller's figure, not the proxy's.
+				dec = make([]byte, c.Size)
+				err = rafs.DecodeChunk(c, p, dec)
 			}
-		}
-		dec := p
-		if c.Compressed() {
-			dec = plain[:c.Size]
+			if err != nil {
+				return stored, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
+			}
 		}
 		if err := deliver(i, c, p, dec); err != nil {
-			return stored, plain, err
+			return stored, err
 		}
 	}
 	// Read on to the end of the body, which follows the last frame at
@@ -242,5 +260,5 @@ func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, 
 	// the last frame breaks the protocol; the chunks are delivered anyway
 	// and the connection is dropped.
 	_, _ = br.Peek(1)
-	return stored, plain, nil
+	return stored, nil
 }
