@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
@@ -76,6 +77,12 @@ type live struct {
 	// resolve that wants them waits for done rather than ask the Router
 	// (which would give this node its own turn again) and fetch them twice.
 	busy map[uint32]chan struct{}
+
+	// stopScout ends the scout (scout.go); set by startLive. read is
+	// when a read last went through the pull (Unix ns): the scout stops
+	// when nobody has for scoutIdle.
+	stopScout context.CancelFunc
+	read      atomic.Int64
 }
 
 func newLive(blob rafs.Digest, size, pieceSize int64) *live {
@@ -234,6 +241,11 @@ func (s *Source) startLive(ctx context.Context, up registry.Ref, blob rafs.Diges
 		lv.learn(known, from)
 	}
 	s.lives[blob] = lv
+	// The scout lives as long as the live pull, not the request that
+	// started it: other requests of this node join the pull.
+	sctx, stop := context.WithTimeout(context.WithoutCancel(ctx), s.scoutLife(lv))
+	lv.stopScout = stop
+	go s.scout(sctx, up, lv)
 	return lv
 }
 
@@ -252,8 +264,9 @@ func (s *Source) liveFor(t *piece.Table) *live {
 	return nil
 }
 
-// endLive removes lv from the live pulls.
+// endLive removes lv from the live pulls and stops its scout.
 func (s *Source) endLive(lv *live) {
+	lv.stopScout()
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	if s.lives[lv.t.Blob] == lv {

@@ -138,8 +138,15 @@ func New(cfg Config, d Deps) (*Source, error) {
 	return s, nil
 }
 
-// Close stops serving tables to peers.
-func (s *Source) Close() { s.server.Close() }
+// Close stops serving tables to peers and the live pulls' scouts.
+func (s *Source) Close() {
+	s.server.Close()
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	for _, lv := range s.lives {
+		lv.stopScout()
+	}
+}
 
 // lookup is the table server's view: checked tables, else the partial
 // table of a live pull.
@@ -309,6 +316,7 @@ func (s *Source) forget(blob rafs.Digest, t *piece.Table) {
 func (s *Source) ReadPieces(ctx context.Context, up registry.Ref, t *piece.Table, first, last int,
 	deliver func(i int, c rafs.Chunk, b []byte) error) error {
 	if lv := s.liveFor(t); lv != nil {
+		lv.read.Store(time.Now().UnixNano())
 		err := s.resolve(ctx, up, lv, first, last)
 		if err == nil {
 			err = s.eng.ReadPieces(ctx, up, Key(t.Blob), t.Blob, s.missing(lv.chunks(first, last), deliver), s.deliverOrDrop(deliver))
