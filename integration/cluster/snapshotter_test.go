@@ -231,6 +231,13 @@ type snapshotterProc struct {
 // later) is stopped.
 func startSnapshotter(t *testing.T, n *node) *snapshotterProc {
 	t.Helper()
+	return startSnapshotterWith(t, n, "")
+}
+
+// startSnapshotterWith is startSnapshotter with more of the
+// configuration file (top-level YAML keys).
+func startSnapshotterWith(t *testing.T, n *node, extra string) *snapshotterProc {
+	t.Helper()
 	dir := t.TempDir()
 	s := &snapshotterProc{t: t, root: filepath.Join(dir, "root"), sock: filepath.Join(dir, "sn.sock"), config: filepath.Join(dir, "snapshotter.yaml")}
 	mountConfig := filepath.Join(dir, "mount.yaml")
@@ -258,7 +265,7 @@ advanced:
     binary: %s
   check_interval: 500ms
   mount_timeout: 30s
-`, s.root, s.sock, mountConfig, n.proxy, binary), 0o600); err != nil {
+%s`, s.root, s.sock, mountConfig, n.proxy, binary, extra), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
