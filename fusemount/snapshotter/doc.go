@@ -35,6 +35,12 @@
 // snapshots that other plain images sharing those layers would then
 // reuse.
 //
+// Credentials: containerd hands a pull's credentials to no snapshotter.
+// With cri.listen set, the snapshotter serves CRI's ImageService for the
+// kubelet (package cricreds), forwards it to containerd's, and uses each
+// pull's credentials for that repository's manifests, bootstraps and
+// mount daemons (credentials.go: a docker config per daemon).
+//
 // Mount daemons are separate processes in their own session, so they
 // outlive the snapshotter: a restarted snapshotter adopts them from the
 // state it keeps under the root directory (mounts/<id>/daemon.json and
