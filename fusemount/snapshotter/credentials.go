@@ -18,14 +18,19 @@ import (
 // file at every authentication, so credentials a later pull hands over
 // (a refreshed token) reach a running daemon when they are rewritten
 // (credentialsChanged). An image they do not cover gets no such file
-// and the node's docker config, as before.
+// and the node's docker config, as before. The file outlives the
+// snapshotter: credentials live only in its memory, so a daemon it
+// starts again after its own restart (one that died) gets the file the
+// last pull left, until a pull of the repository changes it.
 
 // dockerConfigDir is the daemon's own DOCKER_CONFIG directory.
 func (p *daemons) dockerConfigDir(id string) string { return filepath.Join(p.dir(id), "docker") }
 
-// writeCredentials writes (or, with none, removes) the docker config of
-// daemon id for image (docker://HOST/REPO@DIGEST) and returns its
-// directory, or "" for none.
+// writeCredentials writes the docker config of daemon id for image
+// (docker://HOST/REPO@DIGEST) from the Credentials and returns its
+// directory. With no credentials recorded it keeps the file an earlier
+// pull left (see above) and returns its directory, or "" if there is
+// none.
 func (p *daemons) writeCredentials(id, image string) (string, error) {
 	if p.creds == nil {
 		return "", nil
@@ -34,8 +39,8 @@ func (p *daemons) writeCredentials(id, image string) (string, error) {
 	ref := strings.TrimPrefix(image, "docker://")
 	cfg, ok := p.creds.Lookup(ref)
 	if !ok {
-		if err := os.RemoveAll(dir); err != nil {
-			return "", fmt.Errorf("remove the credentials of %s: %w", image, err)
+		if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
+			return dir, nil
 		}
 		return "", nil
 	}
@@ -67,9 +72,11 @@ func (p *daemons) writeCredentials(id, image string) (string, error) {
 }
 
 // credentialsChanged rewrites the docker config of every known daemon
-// of an image in repo (HOST/REPO). A daemon started with the node's
-// docker config (none covered it then) keeps that until it is started
-// again; one whose credentials were removed reads anonymously.
+// of an image in repo (HOST/REPO), or removes it when the repository's
+// credentials were removed (a pull without any succeeded, so the
+// registry lets anyone read). A daemon started with the node's docker
+// config (none covered it then) keeps that until it is started again;
+// one whose file was removed reads anonymously.
 func (p *daemons) credentialsChanged(repo string) {
 	p.mu.Lock()
 	var ids, images []string
@@ -83,10 +90,11 @@ func (p *daemons) credentialsChanged(repo string) {
 		if err != nil || r != repo {
 			continue
 		}
-		if _, err := os.Stat(p.dockerConfigDir(ids[i])); errors.Is(err, os.ErrNotExist) {
-			if _, ok := p.creds.Lookup(strings.TrimPrefix(image, "docker://")); !ok {
-				continue
+		if _, ok := p.creds.Lookup(strings.TrimPrefix(image, "docker://")); !ok {
+			if err := os.RemoveAll(p.dockerConfigDir(ids[i])); err != nil {
+				p.log.Warn("remove the credentials of a mount daemon", "image", image, "err", err)
 			}
+			continue
 		}
 		if _, err := p.writeCredentials(ids[i], image); err != nil {
 			p.log.Warn("credentials of a mount daemon", "image", image, "err", err)

@@ -82,6 +82,20 @@ func TestDaemonCredentials(t *testing.T) {
 	if got := read(dc[0]); got.Password != "two" {
 		t.Errorf("after a later pull the daemon's docker config gives %+v, want the new password", got)
 	}
+	// A snapshotter restarted (credentials in memory gone) that starts
+	// the daemon again keeps the file the last pull left.
+	restarted := newDaemons(cfg, cricreds.NewStore(), slog.New(slog.DiscardHandler))
+	d := restarted.get("sha256:"+private[len(private)-64:], private)
+	cmd, err := restarted.mountCommand(d.state, restarted.mountpoint(d.id), restarted.socket(d.id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cmd.Env, "DOCKER_CONFIG="+dc[0]) {
+		t.Errorf("a daemon started again after a snapshotter restart: env %v, want DOCKER_CONFIG=%s", cmd.Env, dc[0])
+	}
+	if got := read(dc[0]); got.Password != "two" {
+		t.Errorf("after a restart the daemon's docker config gives %+v, want the last pull's", got)
+	}
 	// An anonymous pull of the repository that succeeded removes them.
 	store.Set("reg.example:5000/team/app:v3", nil)
 	if _, err := os.Stat(filepath.Join(dc[0], "config.json")); !os.IsNotExist(err) {
