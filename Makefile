@@ -150,12 +150,13 @@ bench-pulls: ; $(GO) run ./integration/bench/pulls $(BENCH_PULLS_FLAGS)
 SOAK_FLAGS ?=
 soak: ; $(GO) run ./integration/soak $(SOAK_FLAGS)
 
-# Container start through damselfly snapshotter (issue 22; about 5
+# Container start through damselfly snapshotter (issue 22; about 10
 # minutes, as root): containerd (Debian's) pulls the Debian
 # Python/NumPy/SciPy image from docker-registry over a shaped link (200
-# Mbit/s and 1 Gbit/s) and runs `import numpy`; RAFS through the
-# snapshotter against overlayfs with a full pull, alternating, each run
-# cold. Writes integration/bench/out/snapshotter.{json,md}.
+# Mbit/s and 1 Gbit/s) and runs `import numpy, scipy`; RAFS through the
+# snapshotter (converted with the defaults, and with the import's files as
+# --prefetch-patterns) against overlayfs with a full pull, in rotating
+# order, each run cold. Writes integration/bench/out/snapshotter.{json,md}.
 # Flags, e.g. BENCH_SNAPSHOTTER_FLAGS="-runs 5 -links 200m":
 # go run ./integration/bench/snapshotter -h
 .PHONY: bench-snapshotter

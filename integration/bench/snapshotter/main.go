@@ -6,7 +6,12 @@
 // overlayfs snapshotter, both over the same shaped link to a
 // docker-registry origin (integration/bench/shaper: 200 Mbit/s with 20 ms
 // RTT and 1 Gbit/s with 2 ms, as integration/bench/mount). Target: the
-// lazy start within 0.2x of the full pull's.
+// lazy start within 0.2x of the full pull's. The RAFS image is measured
+// twice: converted with the defaults, and converted the way a user tunes
+// it for start-up (`convert --prefetch-patterns` with the files the
+// import opens, found with strace in an unpacked copy, as
+// integration/bench/mount's startup rows do), which the mount daemon
+// then prefetches from a blob of their own.
 //
 // Every run is cold: a containerd (Debian's, its own root, state and
 // socket), a snapshotter and a node cache of their own, removed after
@@ -15,12 +20,12 @@
 // the image's own media types), then creating the container and its task
 // and starting it; the clock stops at the first line the container
 // prints: `import numpy, scipy` done (bench.PythonImport, the startup of
-// integration/bench/mount's rows). The two modes alternate within each round,
-// so both see the same machine.
+// integration/bench/mount's rows). The modes run one after another in
+// each round, in an order that rotates, so all see the same machine.
 //
 // It writes OUT/snapshotter.json and OUT/snapshotter.md, which `make
 // bench-results` quotes in RESULTS.md. It needs root, containerd, runc,
-// docker-registry and skopeo.
+// docker-registry, skopeo, umoci and strace.
 //
 // Files: main.go (flags, setup), run.go (one run), report.go.
 package main
@@ -44,6 +49,8 @@ import (
 	"damselfly/integration/bench/shaper"
 	"damselfly/integration/harness"
 	"damselfly/rafs/convert"
+	"damselfly/rafs/image"
+	"damselfly/rafs/rafstest"
 )
 
 // links are the profiles issue 22 reports, as integration/bench/mount
@@ -56,8 +63,16 @@ var links = map[string]shaper.Config{
 // Modes of a run.
 const (
 	modeRAFS    = "rafs"    // the RAFS tag through damselfly snapshotter
+	modeStartup = "startup" // the same, converted with the startup set as prefetch patterns
 	modeOverlay = "overlay" // the plain tag, overlayfs, full pull
 )
+
+// modeTags are the tags and snapshotters of the modes.
+var modeTags = map[string]struct{ tag, snapshotter string }{
+	modeRAFS:    {"rafs", "damselfly"},
+	modeStartup: {"rafs-startup", "damselfly"},
+	modeOverlay: {"plain", "overlayfs"},
+}
 
 type options struct {
 	out        string
@@ -115,6 +130,11 @@ type imageInfo struct {
 	PlainBytes  int64           `json:"plain_bytes"` // the gzip layers
 	Convert     *convert.Result `json:"convert"`
 	ConvertTook float64         `json:"convert_seconds"`
+	// ConvertStartup is the conversion with the startup set (Startup,
+	// StartupBytes of file data) as prefetch patterns.
+	ConvertStartup *convert.Result `json:"convert_startup"`
+	Startup        []string        `json:"startup"`
+	StartupBytes   int64           `json:"startup_bytes"`
 }
 
 func logf(format string, args ...any) {
@@ -125,7 +145,7 @@ func runMain(ctx context.Context, o options) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("run as root: containerd, overlayfs and FUSE need it")
 	}
-	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "docker-registry", "skopeo", "fusermount3"} {
+	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "docker-registry", "skopeo", "fusermount3", "umoci", "strace", "chroot"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s is required (make deps installs the Debian packages): %w", tool, err)
 		}
@@ -171,13 +191,11 @@ func runMain(ctx context.Context, o options) (err error) {
 		Image: h.image, Program: o.cmd}
 	for r := 1; r <= o.runs; r++ {
 		for _, l := range o.links {
-			// The lazy mode first in odd rounds, the full pull first in
-			// even ones, so neither always runs on a machine the other
-			// just warmed or loaded.
-			modes := []string{modeRAFS, modeOverlay}
-			if r%2 == 0 {
-				modes = []string{modeOverlay, modeRAFS}
-			}
+			// The order rotates each round, so no mode always runs on a
+			// machine another just warmed or loaded.
+			all := []string{modeRAFS, modeStartup, modeOverlay}
+			k := (r - 1) % len(all)
+			modes := append(all[k:len(all):len(all)], all[:k]...)
 			for _, m := range modes {
 				load := loadavg()
 				logf("round %d/%d, %s, %s (load average %s)", r, o.runs, l, m, load)
@@ -218,8 +236,47 @@ func (h *rig) push(ctx context.Context) error {
 	if h.image.PlainBytes, err = plainBytes(dir); err != nil {
 		return err
 	}
+	if err := h.pushStartup(ctx, dir, dst); err != nil {
+		return fmt.Errorf("startup conversion: %w", err)
+	}
 	logf("image: %s of gzip layers; RAFS %d files, %s of blobs, %s bootstrap layer (converted in %.1fs)",
 		mib(h.image.PlainBytes), h.image.Convert.Stats.Files, mib(h.image.Convert.NewBlobBytes), mib(h.image.Convert.BootstrapLayer), h.image.ConvertTook)
+	return nil
+}
+
+// pushStartup finds the files `python3 -c bench.PythonImport` opens
+// (strace, chrooted in an umoci-unpacked copy) and converts the image
+// again with them as prefetch patterns, to dst:rafs-startup.
+func (h *rig) pushStartup(ctx context.Context, layout, dst string) error {
+	native, err := rafstest.UmociUnpack(ctx, layout, "v1", filepath.Join(h.work, "native"))
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(filepath.Join(h.work, "native"))
+	img, err := image.Open(ctx, dst+":rafs", image.Options{})
+	if err != nil {
+		return err
+	}
+	defer img.Close()
+	if h.image.Startup, err = bench.PythonStartupSet(ctx, native, img); err != nil {
+		return err
+	}
+	var list strings.Builder
+	for _, p := range h.image.Startup {
+		if info, err := os.Lstat(filepath.Join(native, p)); err == nil {
+			h.image.StartupBytes += info.Size()
+		}
+		list.WriteString("/" + strings.TrimPrefix(p, "/") + "\n")
+	}
+	patterns := filepath.Join(h.work, "startup.txt")
+	if err := os.WriteFile(patterns, []byte(list.String()), 0o644); err != nil {
+		return err
+	}
+	if h.image.ConvertStartup, err = harness.Convert(ctx, h.bin, h.image.Source, dst+":rafs-startup", "--prefetch-patterns", patterns); err != nil {
+		return err
+	}
+	logf("startup set: %d files, %s; converted with it as prefetch patterns (%d chunks in the prefetch blob)",
+		len(h.image.Startup), mib(h.image.StartupBytes), h.image.ConvertStartup.Stats.PrefetchChunks)
 	return nil
 }
 

@@ -142,10 +142,7 @@ func (h *rig) run(ctx context.Context, name, link, mode string) (_ *runResult, e
 	defer cl.Close()
 	nctx := namespaces.WithNamespace(ctx, "bench")
 
-	tag, snName := "plain", "overlayfs"
-	if mode == modeRAFS {
-		tag, snName = "rafs", "damselfly"
-	}
+	tag, snName := modeTags[mode].tag, modeTags[mode].snapshotter
 	ref := sh.Addr() + "/" + h.image.Repo + ":" + tag
 	opts := []ctrdclient.RemoteOpt{
 		ctrdclient.WithPullUnpack,
@@ -201,7 +198,7 @@ func (h *rig) run(ctx context.Context, name, link, mode string) (_ *runResult, e
 	res.FirstOutput = time.Since(start).Seconds()
 	res.LinkBytes = sh.Stats().DownBytes - before
 	res.Output = out.line()
-	if mode == modeRAFS {
+	if snName == "damselfly" {
 		entries, _ := os.ReadDir(filepath.Join(snRoot, "mounts"))
 		res.MountDaemons = len(entries)
 	}
