@@ -4,13 +4,13 @@
 # skips turned into failures.
 #
 # `make bench` runs every benchmark harness (convert, mount, distribution,
-# deployed, pulls; about 105 minutes, as root for the mount, deployed and pulls
-# harnesses), each writing its rows to
-# integration/bench/out/{convert,mount,distribution,deployed,pulls}.{json,md},
+# deployed, pulls, snapshotter; about 110 minutes, as root for the mount,
+# deployed, pulls and snapshotter harnesses), each writing its rows to
+# integration/bench/out/{convert,mount,distribution,deployed,pulls,snapshotter}.{json,md},
 # then regenerates integration/bench/RESULTS.md from them. The harnesses
 # can also run alone: make bench-convert, bench-mount, bench-distribution,
-# bench-deployed, bench-pulls, and make bench-results rewrites RESULTS.md from whatever
-# is in out/.
+# bench-deployed, bench-pulls, bench-snapshotter, and make bench-results
+# rewrites RESULTS.md from whatever is in out/.
 
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
@@ -110,7 +110,7 @@ bench-distribution:
 bench-results:
 	$(BENCH_DIST) -results integration/bench/RESULTS.md
 
-bench: bench-convert bench-mount bench-distribution bench-deployed bench-pulls
+bench: bench-convert bench-mount bench-distribution bench-deployed bench-pulls bench-snapshotter
 	$(MAKE) bench-results
 
 # The distribution benchmark deployed as users deploy (issue 24; about 45
@@ -149,3 +149,16 @@ bench-pulls: ; $(GO) run ./integration/bench/pulls $(BENCH_PULLS_FLAGS)
 .PHONY: soak
 SOAK_FLAGS ?=
 soak: ; $(GO) run ./integration/soak $(SOAK_FLAGS)
+
+# Container start through damselfly snapshotter (issue 22; about 10
+# minutes, as root): containerd (Debian's) pulls the Debian
+# Python/NumPy/SciPy image from docker-registry over a shaped link (200
+# Mbit/s and 1 Gbit/s) and runs `import numpy, scipy`; RAFS through the
+# snapshotter (converted with the defaults, and with the import's files as
+# --prefetch-patterns) against overlayfs with a full pull, in rotating
+# order, each run cold. Writes integration/bench/out/snapshotter.{json,md}.
+# Flags, e.g. BENCH_SNAPSHOTTER_FLAGS="-runs 5 -links 200m":
+# go run ./integration/bench/snapshotter -h
+.PHONY: bench-snapshotter
+BENCH_SNAPSHOTTER_FLAGS ?=
+bench-snapshotter: ; $(GO) run ./integration/bench/snapshotter $(BENCH_SNAPSHOTTER_FLAGS)

@@ -30,6 +30,7 @@ require (
 	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.83.2
 	gopkg.in/yaml.v3 v3.0.1
+	k8s.io/cri-api v0.37.2
 	lukechampine.com/blake3 v1.4.1
 )
 

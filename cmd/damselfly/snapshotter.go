@@ -3,12 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
 	"damselfly/configs"
 	"damselfly/fusemount/snapshotter"
+	"damselfly/fusemount/snapshotter/cricreds"
 )
 
 func init() { daemonCommands = append(daemonCommands, newSnapshotter) }
@@ -50,19 +52,57 @@ containers that use them; the next start adopts them. Configuration
 			return err
 		}
 		ctx := cmd.Context()
-		sn, err := snapshotter.New(ctx, cfg, snapshotter.Options{Logger: log})
+		opts := snapshotter.Options{Logger: log}
+		var store *cricreds.Store
+		var criSvc *cricreds.Service
+		if cfg.CRI.Listen != "" {
+			backend, conn, err := cricreds.Dial(cfg.CRI.ImageService)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			store = cricreds.NewStore()
+			criSvc = cricreds.NewService(store, backend, log.With("component", "cri"))
+			opts.Credentials = store
+		}
+		sn, err := snapshotter.New(ctx, cfg, opts)
 		if err != nil {
 			return err
 		}
-		ln, err := snapshotter.Listen(cfg.Address)
-		if err != nil {
-			return errors.Join(err, sn.Close())
+		if store != nil {
+			store.OnChange(sn.CredentialsChanged)
+			defer store.OnChange(nil)
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "snapshotter %s\n", cfg.Address)
-		eg, ctx := errgroup.WithContext(ctx)
-		eg.Go(func() error { return snapshotter.Serve(ctx, sn, ln) })
-		eg.Go(func() error { return sn.Run(ctx) })
-		return errors.Join(eg.Wait(), sn.Close())
+		return serveSnapshotter(cmd, cfg, sn, criSvc)
 	}
 	return cmd
+}
+
+// serveSnapshotter serves sn (and, if not nil, the CRI ImageService cri)
+// until the command's context is done, then closes sn.
+func serveSnapshotter(cmd *cobra.Command, cfg snapshotter.Config, sn *snapshotter.Snapshotter, cri *cricreds.Service) error {
+	ctx := cmd.Context()
+	var criLn net.Listener
+	if cri != nil {
+		var err error
+		if criLn, err = cricreds.Listen(cfg.CRI.Listen); err != nil {
+			return errors.Join(fmt.Errorf("cri.listen: %w", err), sn.Close())
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "cri image service %s (forwarding to %s)\n", cfg.CRI.Listen, cfg.CRI.ImageService)
+	}
+	ln, err := snapshotter.Listen(cfg.Address)
+	if err != nil {
+		if criLn != nil {
+			criLn.Close()
+		}
+		return errors.Join(err, sn.Close())
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "snapshotter %s\n", cfg.Address)
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return snapshotter.Serve(ctx, sn, ln) })
+	eg.Go(func() error { return sn.Run(ctx) })
+	if cri != nil {
+		eg.Go(func() error { return cricreds.Serve(ctx, cri, criLn) })
+	}
+	return errors.Join(eg.Wait(), sn.Close())
 }

@@ -26,6 +26,7 @@ type Config struct {
 	// the mount daemons fetch (they get --insecure).
 	Insecure bool        `mapstructure:"insecure"`
 	Mount    MountConfig `mapstructure:"mount"`
+	CRI      CRIConfig   `mapstructure:"cri"`
 	// MountTimeout bounds a mount daemon's start, bootstrap fetch included.
 	MountTimeout time.Duration `mapstructure:"mount_timeout" config:"advanced"`
 	// CheckInterval is how often the mount daemons in use are checked;
@@ -53,10 +54,24 @@ type MountConfig struct {
 	Binary string `mapstructure:"binary" config:"advanced"`
 }
 
+// CRIConfig is the CRI ImageService the snapshotter serves to learn
+// the credentials the kubelet pulls with (package cricreds).
+type CRIConfig struct {
+	// Listen is the unix socket of the ImageService, for the kubelet's
+	// --image-service-endpoint; empty serves none (the node's docker
+	// config is then the only source of credentials).
+	Listen string `mapstructure:"listen"`
+	// ImageService is containerd's CRI socket, where every call is
+	// forwarded.
+	ImageService string `mapstructure:"image_service"`
+}
+
 // Defaults of Config.
 const (
 	DefaultRoot    = "/var/lib/damselfly/snapshotter"
 	DefaultAddress = "/run/damselfly/snapshotter.sock"
+	// DefaultCRIImageService is containerd's default socket.
+	DefaultCRIImageService = "/run/containerd/containerd.sock"
 )
 
 // Default returns the defaults every field falls back to.
@@ -64,6 +79,7 @@ func Default() Config {
 	return Config{
 		Root:              DefaultRoot,
 		Address:           DefaultAddress,
+		CRI:               CRIConfig{ImageService: DefaultCRIImageService},
 		MountTimeout:      60 * time.Second,
 		CheckInterval:     5 * time.Second,
 		StopTimeout:       10 * time.Second,
@@ -98,6 +114,18 @@ func (c Config) Validate() error {
 		add("address", "%q is not an absolute path", c.Address)
 	} else if len(c.Address) > maxSocketPath {
 		add("address", "%q is longer than a unix socket path may be (%d bytes)", c.Address, maxSocketPath)
+	}
+	if c.CRI.Listen != "" {
+		for _, f := range []struct{ field, path string }{{"cri.listen", c.CRI.Listen}, {"cri.image_service", c.CRI.ImageService}} {
+			if !filepath.IsAbs(f.path) {
+				add(f.field, "%q is not an absolute path", f.path)
+			} else if len(f.path) > maxSocketPath {
+				add(f.field, "%q is longer than a unix socket path may be (%d bytes)", f.path, maxSocketPath)
+			}
+		}
+		if c.CRI.Listen == c.Address || c.CRI.Listen == c.CRI.ImageService {
+			add("cri.listen", "%q is also the snapshotter's or containerd's socket", c.CRI.Listen)
+		}
 	}
 	if c.Mount.Config != "" && !filepath.IsAbs(c.Mount.Config) {
 		add("mount.config", "%q is not an absolute path", c.Mount.Config)

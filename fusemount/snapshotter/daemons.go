@@ -45,9 +45,10 @@ type daemon struct {
 // daemons runs one `damselfly mount` per image under root/mounts. Its
 // methods are safe for concurrent use.
 type daemons struct {
-	root string // root/mounts
-	cfg  Config
-	log  *slog.Logger
+	root  string // root/mounts
+	cfg   Config
+	creds Credentials // nil: the node's docker config only
+	log   *slog.Logger
 	// command builds the daemon's command line; tests replace it.
 	command func(st daemonState, mountpoint, socket string) (*exec.Cmd, error)
 
@@ -55,8 +56,8 @@ type daemons struct {
 	m  map[string]*daemon // by id
 }
 
-func newDaemons(cfg Config, log *slog.Logger) *daemons {
-	d := &daemons{root: filepath.Join(cfg.Root, "mounts"), cfg: cfg, log: log, m: map[string]*daemon{}}
+func newDaemons(cfg Config, creds Credentials, log *slog.Logger) *daemons {
+	d := &daemons{root: filepath.Join(cfg.Root, "mounts"), cfg: cfg, creds: creds, log: log, m: map[string]*daemon{}}
 	d.command = d.mountCommand
 	return d
 }
@@ -103,10 +104,17 @@ func (p *daemons) mountCommand(st daemonState, mp, sock string) (*exec.Cmd, erro
 	}
 	args = append(args, st.Image, mp)
 	cmd := exec.Command(bin, args...)
+	dockerConfig, err := p.writeCredentials(daemonID(st.Manifest), st.Image)
+	if err != nil {
+		return nil, err
+	}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "DAMSELFLY_") {
+		if !strings.HasPrefix(kv, "DAMSELFLY_") && (dockerConfig == "" || !strings.HasPrefix(kv, "DOCKER_CONFIG=")) {
 			cmd.Env = append(cmd.Env, kv)
 		}
+	}
+	if dockerConfig != "" {
+		cmd.Env = append(cmd.Env, "DOCKER_CONFIG="+dockerConfig)
 	}
 	cmd.Env = append(cmd.Env, "DAMSELFLY_API_SOCKET="+sock)
 	if p.cfg.Mount.Peer != "" {

@@ -22,16 +22,16 @@ var ErrNotInManifest = errors.New("layer not in manifest")
 // containerd downloads and applies.
 //
 // A manifest is RAFS when it carries rafs.AnnotationVersion or any layer
-// has a RAFS media type (rafs/FORMAT.md, "In an OCI manifest"). In a RAFS
-// manifest every layer must be a RAFS blob or the bootstrap: anything
-// else is an error, never a layer containerd would try to untar.
+// has a RAFS media type, current or legacy (rafs/FORMAT.md, "In an OCI
+// manifest"). In a RAFS manifest every layer must be a RAFS blob or the
+// bootstrap: anything else is an error, never a layer containerd would
+// try to untar.
 func layerKind(m *v1.Manifest, layer string) (string, error) {
 	isRAFS := m.Annotations[rafs.AnnotationVersion] != ""
 	var found *v1.Descriptor
 	for i := range m.Layers {
 		l := &m.Layers[i]
-		switch string(l.MediaType) {
-		case rafs.MediaTypeBlob, rafs.MediaTypeBootstrap:
+		if rafs.IsMediaType(string(l.MediaType)) {
 			isRAFS = true
 		}
 		if l.Digest.String() == layer && found == nil {
@@ -41,10 +41,10 @@ func layerKind(m *v1.Manifest, layer string) (string, error) {
 	if found == nil {
 		return "", fmt.Errorf("%s: %w", layer, ErrNotInManifest)
 	}
-	switch string(found.MediaType) {
-	case rafs.MediaTypeBlob:
+	switch mt := string(found.MediaType); {
+	case rafs.IsBlobMediaType(mt):
 		return layerBlob, nil
-	case rafs.MediaTypeBootstrap:
+	case rafs.IsBootstrapMediaType(mt):
 		return layerBootstrap, nil
 	}
 	if isRAFS {

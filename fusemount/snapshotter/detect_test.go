@@ -25,6 +25,19 @@ func TestLayerKind(t *testing.T) {
 			{MediaType: types.MediaType(rafs.MediaTypeBootstrap), Digest: digest('c')},
 		},
 	}
+	legacyManifest := &v1.Manifest{
+		Annotations: map[string]string{rafs.AnnotationVersion: "1"},
+		Layers: []v1.Descriptor{
+			{MediaType: types.MediaType(rafs.LegacyMediaTypeBlob), Digest: digest('a')},
+			{MediaType: types.MediaType(rafs.LegacyMediaTypeBootstrap), Digest: digest('c')},
+		},
+	}
+	// Legacy media types alone, without the annotation, still mark a
+	// RAFS manifest.
+	legacyUnannotated := &v1.Manifest{Layers: []v1.Descriptor{
+		{MediaType: types.OCILayer, Digest: digest('a')},
+		{MediaType: types.MediaType(rafs.LegacyMediaTypeBlob), Digest: digest('b')},
+	}}
 	plain := &v1.Manifest{Layers: []v1.Descriptor{
 		{MediaType: types.OCILayer, Digest: digest('a')},
 		{MediaType: types.DockerLayer, Digest: digest('b')},
@@ -48,6 +61,9 @@ func TestLayerKind(t *testing.T) {
 	}{
 		{"RAFS blob", rafsManifest, digest('b'), layerBlob, ""},
 		{"RAFS bootstrap", rafsManifest, digest('c'), layerBootstrap, ""},
+		{"legacy RAFS blob", legacyManifest, digest('a'), layerBlob, ""},
+		{"legacy RAFS bootstrap", legacyManifest, digest('c'), layerBootstrap, ""},
+		{"tar layer beside a legacy RAFS blob", legacyUnannotated, digest('a'), "", "neither a RAFS blob nor a bootstrap"},
 		{"plain OCI layer", plain, digest('a'), "", ""},
 		{"plain Docker layer", plain, digest('b'), "", ""},
 		{"tar layer in a RAFS manifest", mixed, digest('a'), "", "neither a RAFS blob nor a bootstrap"},

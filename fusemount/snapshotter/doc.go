@@ -24,13 +24,22 @@
 //
 // containerd asks a snapshotter only about layers it counts as layers
 // (images.IsLayerType: application/vnd.oci.image.layer.* and Docker's).
-// RAFS media types are neither, so a client must present them as OCI
-// layers to its unpacker (integration/cluster's snapshotter test does);
-// CRI does not, and takes the original manifest of a convert --index
-// image instead. Redirecting such a plain pull to the RAFS manifest in
-// the same index here would be unsafe: the plain layers' chain IDs would
-// name empty snapshots that other plain images sharing those layers
-// would then reuse.
+// The RAFS media types are under that prefix (rafs/mediatypes.go), so
+// CRI, nerdctl and ctr-style clients bring RAFS layers here with the
+// image's own media types. Images with the legacy types
+// (application/vnd.damselfly.rafs.*) are recognised too, but containerd
+// brings their layers only for a client that presents them as OCI
+// layers. For a convert --index image CRI takes the original manifest;
+// redirecting such a plain pull to the RAFS manifest in the same index
+// here would be unsafe: the plain layers' chain IDs would name empty
+// snapshots that other plain images sharing those layers would then
+// reuse.
+//
+// Credentials: containerd hands a pull's credentials to no snapshotter.
+// With cri.listen set, the snapshotter serves CRI's ImageService for the
+// kubelet (package cricreds), forwards it to containerd's, and uses each
+// pull's credentials for that repository's manifests, bootstraps and
+// mount daemons (credentials.go: a docker config per daemon).
 //
 // Mount daemons are separate processes in their own session, so they
 // outlive the snapshotter: a restarted snapshotter adopts them from the

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/plugins/snapshots/overlay"
 	"github.com/containerd/containerd/v2/plugins/snapshots/overlay/overlayutils"
 	"github.com/containerd/errdefs"
+	"github.com/google/go-containerregistry/pkg/authn"
 
 	"damselfly/rafs/transport"
 )
@@ -52,6 +53,21 @@ type Options struct {
 	// with Config.Insecure, to all.
 	Registry Registry
 	Logger   *slog.Logger
+	// Credentials, if set, are registry credentials clients handed over
+	// with their pulls (cricreds.Store, from CRI's PullImage): the
+	// default Registry tries them before the node's docker config, and
+	// a mount daemon of an image they cover reads with them (a docker
+	// config of its own, rewritten by CredentialsChanged).
+	Credentials Credentials
+}
+
+// Credentials are registry credentials by repository.
+type Credentials interface {
+	// Keychain resolves a repository's credentials, anonymous if none.
+	authn.Keychain
+	// Lookup returns the credentials for image's repository (image as
+	// HOST/REPO[:TAG|@DIGEST]), if any. Safe for concurrent use.
+	Lookup(image string) (authn.AuthConfig, bool)
 }
 
 // New opens (or creates) the snapshotter's state under cfg.Root and
@@ -65,7 +81,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*Snapshotter, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Registry == nil {
-		opts.Registry = NewRegistry(transport.Options{Insecure: cfg.Insecure, UserAgent: "damselfly-snapshotter"}, cfg.MaxBootstrapBytes)
+		topts := transport.Options{Insecure: cfg.Insecure, UserAgent: "damselfly-snapshotter"}
+		if opts.Credentials != nil {
+			topts.Keychain = authn.NewMultiKeychain(opts.Credentials, authn.DefaultKeychain)
+		}
+		opts.Registry = NewRegistry(topts, cfg.MaxBootstrapBytes)
 	}
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 		return nil, err
@@ -80,7 +100,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Snapshotter, error) {
 		return nil, err
 	}
 	s := &Snapshotter{Snapshotter: inner, root: cfg.Root, ms: ms, reg: opts.Registry,
-		daemons: newDaemons(cfg, opts.Logger), log: opts.Logger, interval: cfg.CheckInterval}
+		daemons: newDaemons(cfg, opts.Credentials, opts.Logger), log: opts.Logger, interval: cfg.CheckInterval}
 	// The options containerd's overlayfs snapshotter adds to its own
 	// overlay mounts, for the ones this one makes.
 	if userxattr, err := overlayutils.NeedsUserXAttr(cfg.Root); err == nil && userxattr {
@@ -116,6 +136,12 @@ func (s *Snapshotter) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// CredentialsChanged rewrites the docker config of every mount daemon
+// of an image in repo (HOST/REPO) from Options.Credentials; they read
+// it at their next registry authentication. cricreds.Store.OnChange
+// calls it.
+func (s *Snapshotter) CredentialsChanged(repo string) { s.daemons.credentialsChanged(repo) }
 
 // Daemons returns the pids of the running mount daemons by manifest
 // digest.

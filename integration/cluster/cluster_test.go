@@ -248,6 +248,12 @@ func (n *node) mount(im *image, extra string) *mount {
 // for the default).
 func (n *node) mountDeadline(im *image, deadline, extra string) *mount {
 	n.c.t.Helper()
+	return n.mountRef(im.ref(n.gate.host, "rafs"), deadline, extra)
+}
+
+// mountRef is mountDeadline of the image reference ref (docker://...).
+func (n *node) mountRef(ref, deadline, extra string) *mount {
+	n.c.t.Helper()
 	// extra's own advanced: lines join the harness's.
 	adv := ""
 	if rest, ok := strings.CutPrefix(extra, "advanced:\n"); ok {
@@ -283,7 +289,7 @@ advanced:
 	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
 		n.c.t.Fatal(err)
 	}
-	m.p = start(n.c.t, n.name+"-mount", "--config", file, "mount", im.ref(n.gate.host, "rafs"), m.dir)
+	m.p = start(n.c.t, n.name+"-mount", "--config", file, "mount", ref, m.dir)
 	if err := harness.WaitMounted(n.c.t.Context(), m.p.Proc, m.dir, 30*time.Second); err != nil {
 		n.c.t.Fatal(err)
 	}

@@ -81,10 +81,21 @@ func startContainerd(t *testing.T, name, hosts string) *containerd {
 // tables) after the test's own.
 func startContainerdWith(t *testing.T, name, hosts, extra string) *containerd {
 	t.Helper()
+	return startContainerdConfig(t, name, hosts, func(dir string) (string, string) {
+		sock := filepath.Join(dir, "containerd.sock")
+		return fmt.Sprintf(containerdConfig, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc") + extra, sock
+	})
+}
+
+// startContainerdConfig is startContainerd with the whole config.toml
+// and the socket it names that config(dir) returns, dir being the
+// instance's directory.
+func startContainerdConfig(t *testing.T, name, hosts string, config func(dir string) (body, sock string)) *containerd {
+	t.Helper()
 	dir := t.TempDir()
-	c := &containerd{t: t, name: name, dir: dir, sock: filepath.Join(dir, "containerd.sock"), hosts: hosts}
+	body, sock := config(dir)
+	c := &containerd{t: t, name: name, dir: dir, sock: sock, hosts: hosts}
 	cfg := filepath.Join(dir, "config.toml")
-	body := fmt.Sprintf(containerdConfig, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.sock, c.sock+".ttrpc") + extra
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

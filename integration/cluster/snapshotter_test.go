@@ -39,6 +39,7 @@ import (
 
 	"damselfly/rafs"
 	"damselfly/rafs/convert"
+	"damselfly/rafs/rafstest"
 )
 
 // lazySource is the program of the lazy image: it reads /data/blob and
@@ -89,12 +90,15 @@ func main() {
 // lazyImage is the image the snapshotter test runs: the program, the
 // 2 MiB file it reads, and a 12 MiB file in a layer of its own that
 // nothing reads, each of random bytes so that no compression hides what
-// was fetched. It is in the registry as tag v1 (plain OCI) and tag idx
-// (convert --index: an index holding v1's manifest and the RAFS one).
+// was fetched. It is in the registry as tag v1 (plain OCI), tag idx
+// (convert --index: an index holding v1's manifest and the RAFS one),
+// tag rafs (the RAFS manifest alone) and tag legacy (the RAFS manifest
+// with the media types converters wrote before 2026-12-04).
 type lazyImage struct {
 	repo      string // "ctrd/lazy"
 	want      string // the line the program prints
 	rafs      string // the RAFS manifest's digest
+	legacy    string // the legacy-typed RAFS manifest's digest
 	bootstrap string // its bootstrap layer's digest
 	blobs     map[string]int64
 	unread    string // the RAFS blob of the unread layer
@@ -167,6 +171,29 @@ func pushLazy(t *testing.T, reg *registry) *lazyImage {
 	if im.bootstrap == "" || len(im.blobs) != 3 || im.unread == "" {
 		t.Fatalf("RAFS manifest %s: got bootstrap %q and blobs %v, want a bootstrap and 3 blobs, one per layer", im.rafs, im.bootstrap, im.blobs)
 	}
+	rref, err := name.ParseReference(reg.host+"/"+im.repo+"@"+im.rafs, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rimg, err := remote.Image(rref, remote.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Tag(ref.Context().Tag("rafs"), rimg, remote.WithContext(ctx)); err != nil {
+		t.Fatalf("tag the RAFS manifest: %v", err)
+	}
+	legacy, err := rafstest.LegacyMediaTypes(rimg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref.Context().Tag("legacy"), legacy, remote.WithContext(ctx)); err != nil {
+		t.Fatalf("push the legacy-typed RAFS image: %v", err)
+	}
+	ld, err := legacy.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im.legacy = ld.String()
 	return im
 }
 
@@ -204,6 +231,13 @@ type snapshotterProc struct {
 // later) is stopped.
 func startSnapshotter(t *testing.T, n *node) *snapshotterProc {
 	t.Helper()
+	return startSnapshotterWith(t, n, "")
+}
+
+// startSnapshotterWith is startSnapshotter with more of the
+// configuration file (top-level YAML keys).
+func startSnapshotterWith(t *testing.T, n *node, extra string) *snapshotterProc {
+	t.Helper()
 	dir := t.TempDir()
 	s := &snapshotterProc{t: t, root: filepath.Join(dir, "root"), sock: filepath.Join(dir, "sn.sock"), config: filepath.Join(dir, "snapshotter.yaml")}
 	mountConfig := filepath.Join(dir, "mount.yaml")
@@ -231,7 +265,7 @@ advanced:
     binary: %s
   check_interval: 500ms
   mount_timeout: 30s
-`, s.root, s.sock, mountConfig, n.proxy, binary), 0o600); err != nil {
+%s`, s.root, s.sock, mountConfig, n.proxy, binary, extra), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -300,17 +334,32 @@ type ctrdClient struct {
 
 func newCtrdClient(t *testing.T, d *containerd) *ctrdClient {
 	t.Helper()
+	return newCtrdClientIn(t, d, "damselfly-test")
+}
+
+// newCtrdClientIn is newCtrdClient in namespace ns. containerd keeps
+// images and snapshots per namespace, so a pull there asks the
+// snapshotter about layers another namespace already has.
+func newCtrdClientIn(t *testing.T, d *containerd, ns string) *ctrdClient {
+	t.Helper()
 	c, err := ctrdclient.New(d.sock, ctrdclient.WithTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &ctrdClient{t: t, c: c, ctx: namespaces.WithNamespace(t.Context(), "damselfly-test"), fifo: t.TempDir()}
+	return &ctrdClient{t: t, c: c, ctx: namespaces.WithNamespace(t.Context(), ns), fifo: t.TempDir()}
 }
 
 // pull pulls and unpacks ref into snapshotter; with labels, every layer
-// carries the remote-snapshot labels (as CRI passes them).
+// carries the remote-snapshot labels, as CRI passes them: the image's
+// own media types, nothing else changed.
 func (c *ctrdClient) pull(ref, snapshotter string, labels bool) (ctrdclient.Image, error) {
+	return c.pullWith(ref, snapshotter, labels, nil)
+}
+
+// pullWith is pull with wrap (if not nil) around the image handler,
+// inside the labels.
+func (c *ctrdClient) pullWith(ref, snapshotter string, labels bool, wrap func(images.Handler) images.Handler) (ctrdclient.Image, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, 2*time.Minute)
 	defer cancel()
 	opts := []ctrdclient.RemoteOpt{
@@ -320,25 +369,33 @@ func (c *ctrdClient) pull(ref, snapshotter string, labels bool) (ctrdclient.Imag
 			Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(docker.MatchLocalhost)),
 		})),
 	}
-	if labels {
-		info := snapshotters.AppendInfoHandlerWrapper(ref)
+	if labels || wrap != nil {
+		var info func(images.Handler) images.Handler
+		if labels {
+			info = snapshotters.AppendInfoHandlerWrapper(ref)
+		}
 		opts = append(opts, ctrdclient.WithImageHandlerWrapper(func(h images.Handler) images.Handler {
-			return info(rafsLayersAsOCI(h))
+			if wrap != nil {
+				h = wrap(h)
+			}
+			if info != nil {
+				h = info(h)
+			}
+			return h
 		}))
 	}
 	return c.c.Pull(ctx, ref, opts...)
 }
 
-// rafsLayersAsOCI shows containerd's unpacker the layers of a RAFS
-// manifest as OCI layers. containerd (1.6 and 2.x alike, CRI included)
-// unpacks only layers whose media type is application/vnd.oci.image.layer.*
-// or a Docker layer type (images.IsLayerType); RAFS blobs and bootstraps
-// have media types of their own (rafs/FORMAT.md), so without this the
-// unpacker sees no layers, never asks the snapshotter, and the pull fails
-// ("mismatched image rootfs and manifest layers"). The labels the
-// snapshotter decides by are added after it, and the snapshotter reads
+// legacyLayersAsOCI shows containerd's unpacker the layers of a RAFS
+// manifest with the legacy media types (application/vnd.damselfly.rafs.*)
+// as OCI layers. containerd (1.6 and 2.x, CRI included) unpacks only
+// layers under application/vnd.oci.image.layer. or of a Docker type
+// (images.IsLayerType), which is why the current types are under that
+// prefix; for a legacy image only a client that knows RAFS, like this
+// one, can bring its layers to the snapshotter. The snapshotter reads
 // the real media types from the registry.
-func rafsLayersAsOCI(h images.Handler) images.Handler {
+func legacyLayersAsOCI(h images.Handler) images.Handler {
 	return images.HandlerFunc(func(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
 		children, err := h.Handle(ctx, desc)
 		if err != nil || !images.IsManifestType(desc.MediaType) {
@@ -346,7 +403,7 @@ func rafsLayersAsOCI(h images.Handler) images.Handler {
 		}
 		for i := range children {
 			switch children[i].MediaType {
-			case rafs.MediaTypeBlob, rafs.MediaTypeBootstrap:
+			case rafs.LegacyMediaTypeBlob, rafs.LegacyMediaTypeBootstrap:
 				children[i].MediaType = ocispec.MediaTypeImageLayer
 			}
 		}
@@ -566,21 +623,26 @@ func (r *registry) blobsServed(since int64) map[string]blobServed {
 }
 
 // Scenario (issue 22): containerd (Debian's 1.6.20, driven by the v2
-// client library) pulls a RAFS image through `damselfly snapshotter`
-// with the remote-snapshot labels, from the index `convert --index`
-// wrote, by the RAFS manifest's digest. No RAFS blob is downloaded at
+// client library) pulls a RAFS-only tag through `damselfly snapshotter`
+// as CRI pulls: the remote-snapshot labels, the image's own media types.
+// No RAFS blob is downloaded at
 // pull time; the container reads its file through the lazy mount and
 // prints its digest, and the registry served the blobs only by range,
 // nothing of the layer nobody read. Beside it, the same index pulled
 // by tag with the default overlayfs snapshotter resolves to the
-// original image, downloaded in full, and prints the same. Two
+// original image, downloaded in full, and prints the same; the RAFS-only
+// tag with overlayfs fails, naming the RAFS media type, before anything
+// is unpacked. Two
 // containers of the image share one mount daemon. The snapshotter is
 // SIGKILLed with both running: they keep reading, the restarted
 // snapshotter adopts the daemon (same pid, no second one), the snapshot
 // list is unchanged, and a third container starts on the adopted mount.
 // Removing the containers stops the daemon and leaves nothing mounted.
 // A RAFS image whose bootstrap is corrupt fails the pull naming the
-// layer.
+// layer. The image with the legacy media types mounts with `damselfly
+// mount`, and through the snapshotter runs for a client that shows its
+// layers to the unpacker as OCI layers (a CRI-style pull of it fails:
+// containerd never sees its layers).
 func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 	requireContainerd(t)
 	c := newClusterOf(t, "", true)
@@ -599,7 +661,7 @@ func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 	cl := newCtrdClient(t, ctrd)
 
 	// Pull the RAFS image lazily.
-	rafsRef := c.reg.host + "/" + im.repo + "@" + im.rafs
+	rafsRef := c.reg.host + "/" + im.repo + ":rafs"
 	since := c.reg.logOffset()
 	start := time.Now()
 	img, err := cl.pull(rafsRef, "damselfly", true)
@@ -670,6 +732,22 @@ func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 		t.Errorf("overlayfs container printed %q, want %q", got, im.want)
 	}
 	plainRun := time.Since(start)
+
+	// The RAFS-only tag with overlayfs, as a node without damselfly
+	// would pull it: containerd counts the layers, downloads the first
+	// blob, finds no stream processor for its media type and fails
+	// naming it. No layer is unpacked: no snapshot of the image exists.
+	before := cl.snapshotList("overlayfs")
+	if _, err := cl.pull(rafsRef, "overlayfs", false); err == nil {
+		t.Errorf("pull of the RAFS-only tag with overlayfs succeeded")
+	} else if !strings.Contains(err.Error(), rafs.MediaTypeBlob) {
+		t.Errorf("pull of the RAFS-only tag with overlayfs: %v; want the error to name %s", err, rafs.MediaTypeBlob)
+	} else {
+		t.Logf("RAFS-only tag with overlayfs: %v", err)
+	}
+	if after := cl.snapshotList("overlayfs"); !slices.Equal(after, before) {
+		t.Errorf("overlayfs snapshots after the failed pull:\n%s\nwant as before:\n%s", strings.Join(after, "\n"), strings.Join(before, "\n"))
+	}
 	t.Logf("measured: overlayfs pull of the original image (from the index) %v, run %v; the lazy RAFS image's pull to exit (%v) took %.2fx this (a 16 MiB image on loopback, no link shaping: the mount daemon's start is not paid back)",
 		plainPull.Round(time.Millisecond), plainRun.Round(time.Millisecond),
 		(pullTime + runTime).Round(time.Millisecond), float64(pullTime+runTime)/float64(plainPull+plainRun))
@@ -704,7 +782,7 @@ func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 
 	// SIGKILL the snapshotter: the containers read on; the restarted
 	// snapshotter adopts the daemon.
-	before := cl.snapshotList("damselfly")
+	before = cl.snapshotList("damselfly")
 	sn.p.Kill()
 	linesAtKill := len(a.out.lines())
 	a.waitLines(linesAtKill+5, im.want, 30*time.Second)
@@ -787,6 +865,41 @@ func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 	} else {
 		t.Logf("corrupt bootstrap: %v", err)
 	}
+
+	// The legacy-typed image: `damselfly mount` reads it.
+	m := n.mountRef("docker://"+n.gate.host+"/"+im.repo+":legacy", "", "")
+	if b, err := os.ReadFile(filepath.Join(m.dir, "data/blob")); err != nil {
+		t.Errorf("read the legacy image's /data/blob in its mount: %v", err)
+	} else if got := fmt.Sprintf("lazy: /data/blob sha256:%x", sha256.Sum256(b)); got != im.want {
+		t.Errorf("legacy image's mount: %q, want %q", got, im.want)
+	}
+	m.unmount()
+	// Through the snapshotter, in a namespace of its own (so containerd
+	// asks the snapshotter again about layers whose chain IDs the
+	// current image's pull already has): a CRI-style pull cannot see its
+	// layers; a client that shows them as OCI layers runs it lazily.
+	legacyRef := c.reg.host + "/" + im.repo + ":legacy"
+	old := newCtrdClientIn(t, ctrd, "damselfly-legacy")
+	if _, err := old.pull(legacyRef, "damselfly", true); err == nil {
+		t.Errorf("a CRI-style pull of the legacy-typed image succeeded; containerd should not count its layers")
+	} else {
+		t.Logf("legacy media types, CRI-style pull: %v", err)
+	}
+	since = c.reg.logOffset()
+	oldImg, err := old.pullWith(legacyRef, "damselfly", true, legacyLayersAsOCI)
+	if err != nil {
+		t.Fatalf("pull %s through the snapshotter, layers shown as OCI: %v\n--- snapshotter:\n%s", legacyRef, err, sn.p.LogTail(4000))
+	}
+	served = c.reg.blobsServed(since)
+	for d := range im.blobs {
+		if b := served[d]; b.bytes > 0 {
+			t.Errorf("the legacy image's pull fetched %d bytes of RAFS blob %s, want none", b.bytes, d)
+		}
+	}
+	if got := old.run("legacy", oldImg, "damselfly").wait(time.Minute); got != im.want+"\nlazy: wrote" {
+		t.Errorf("legacy image through the snapshotter printed %q, want %q\n--- snapshotter:\n%s", got, im.want, sn.p.LogTail(4000))
+	}
+	old.removeAll()
 }
 
 // mountsUnder lists the mountpoints below dir.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"damselfly/integration/harness"
+	"damselfly/rafs"
 	"damselfly/rafs/rafstest"
 	"damselfly/rafs/sample"
 )
@@ -117,9 +118,6 @@ func buildImage(ctx context.Context, binary, dir, regHost, name string, src rafs
 	return im, nil
 }
 
-// blobMediaType is the media type of RAFS data blobs (rafs/FORMAT.md).
-const blobMediaType = "application/vnd.damselfly.rafs.blob.v1"
-
 // rafsBlobs reads the converted image's manifest from the registry and
 // returns its data blobs by digest with their sizes.
 func rafsBlobs(ctx context.Context, regHost, name string) (map[string]int64, error) {
@@ -148,12 +146,12 @@ func rafsBlobs(ctx context.Context, regHost, name string) (map[string]int64, err
 	}
 	blobs := map[string]int64{}
 	for _, l := range m.Layers {
-		if l.MediaType == blobMediaType {
+		if rafs.IsBlobMediaType(l.MediaType) {
 			blobs[l.Digest] = l.Size
 		}
 	}
 	if len(blobs) == 0 {
-		return nil, fmt.Errorf("manifest of soak/%s has no %s layers", name, blobMediaType)
+		return nil, fmt.Errorf("manifest of soak/%s has no RAFS blob layers", name)
 	}
 	return blobs, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/zstd"
 
+	"damselfly/rafs"
 	"damselfly/rafs/convert"
 	"damselfly/rafs/rafstest"
 	"damselfly/rafs/transport"
@@ -266,6 +267,23 @@ func TestConvertBadInput(t *testing.T) {
 				rafsRef := "oci:" + layout + ":rafs"
 				mustConvert(t, src, rafsRef, options(t))
 				return rafsRef
+			},
+			want: []string{"is already a RAFS image"},
+		},
+		{
+			// The current RAFS types are under the OCI layer prefix; a
+			// layer of one is refused even without the manifest's
+			// annotation, never read as a tar.
+			name: "RAFS blob layer, no annotation",
+			setup: func(t *testing.T, layout string) string {
+				return writeBlobImage(t, layout, gzipped(t, layerTar(t, smallLayer())), types.MediaType(rafs.MediaTypeBlob))
+			},
+			want: []string{"is already a RAFS image"},
+		},
+		{
+			name: "legacy RAFS bootstrap layer, no annotation",
+			setup: func(t *testing.T, layout string) string {
+				return writeBlobImage(t, layout, gzipped(t, layerTar(t, smallLayer())), types.MediaType(rafs.LegacyMediaTypeBootstrap))
 			},
 			want: []string{"is already a RAFS image"},
 		},

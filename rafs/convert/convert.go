@@ -92,7 +92,7 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Result, error
 	if _, err := simg.Manifest(); err != nil {
 		return nil, fmt.Errorf("%s: manifest: %w", src, err)
 	}
-	if m, _ := simg.Manifest(); m.Annotations[rafs.AnnotationVersion] != "" {
+	if m, _ := simg.Manifest(); isRAFS(m) {
 		return nil, fmt.Errorf("%s is already a RAFS image", src)
 	}
 	layers, total, err := sourceLayers(simg)
@@ -265,4 +265,19 @@ func buildIndex(src, out v1.Image) (v1.ImageIndex, error) {
 		mutate.IndexAddendum{Add: src, Descriptor: v1.Descriptor{Platform: &p}},
 		mutate.IndexAddendum{Add: out, Descriptor: v1.Descriptor{Platform: &rp}},
 	), nil
+}
+
+// isRAFS reports whether m is a RAFS manifest: the version annotation,
+// or any layer with a RAFS media type (current or legacy; the current
+// ones look like OCI layers by their prefix, and are not tars).
+func isRAFS(m *v1.Manifest) bool {
+	if m.Annotations[rafs.AnnotationVersion] != "" {
+		return true
+	}
+	for _, l := range m.Layers {
+		if rafs.IsMediaType(string(l.MediaType)) {
+			return true
+		}
+	}
+	return false
 }

@@ -33,6 +33,9 @@ const maxBombAlloc = 16 << 20
 func TestBombNamesMatchFormat(t *testing.T) {
 	for got, want := range map[string]string{
 		rafstest.MediaTypeBootstrap:        rafs.MediaTypeBootstrap,
+		rafstest.MediaTypeBlob:             rafs.MediaTypeBlob,
+		rafstest.LegacyMediaTypeBootstrap:  rafs.LegacyMediaTypeBootstrap,
+		rafstest.LegacyMediaTypeBlob:       rafs.LegacyMediaTypeBlob,
 		rafstest.AnnotationVersion:         rafs.AnnotationVersion,
 		rafstest.AnnotationBootstrapSize:   rafs.AnnotationBootstrapSize,
 		rafstest.AnnotationBootstrapDigest: rafs.AnnotationBootstrapDigest,

@@ -141,7 +141,7 @@ func BootstrapLayer(m *v1.Manifest) (v1.Descriptor, error) {
 		return v1.Descriptor{}, ErrNotRAFS
 	}
 	bl := m.Layers[len(m.Layers)-1]
-	if string(bl.MediaType) != rafs.MediaTypeBootstrap {
+	if !rafs.IsBootstrapMediaType(string(bl.MediaType)) {
 		return v1.Descriptor{}, fmt.Errorf("%w: last layer has media type %s", ErrNotRAFS, bl.MediaType)
 	}
 	return bl, nil
@@ -223,6 +223,9 @@ func checkBlobsMatch(b *rafs.Bootstrap, m *v1.Manifest) error {
 	}
 	for i, bl := range blobs {
 		l := m.Layers[i]
+		if !rafs.IsBlobMediaType(string(l.MediaType)) {
+			return fmt.Errorf("manifest layer %d (%s) has media type %q, not a RAFS blob", i, l.Digest, l.MediaType)
+		}
 		if l.Digest.String() != bl.Digest.String() || uint64(l.Size) != bl.CompressedSize {
 			return fmt.Errorf("blob %d is %s (%d bytes), manifest layer %d is %s (%d bytes)", i, bl.Digest, bl.CompressedSize, i, l.Digest, l.Size)
 		}

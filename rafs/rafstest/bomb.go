@@ -110,7 +110,10 @@ func ZstdWindowBomb(log2 uint, single bool) []byte {
 // are spelled out here because this package must not import rafs, whose
 // own tests use it; rafs/image's tests check that they agree.
 const (
-	MediaTypeBootstrap        = "application/vnd.damselfly.rafs.bootstrap.v1+zstd"
+	MediaTypeBlob             = "application/vnd.oci.image.layer.damselfly.rafs.blob.v1"
+	MediaTypeBootstrap        = "application/vnd.oci.image.layer.damselfly.rafs.bootstrap.v1+zstd"
+	LegacyMediaTypeBlob       = "application/vnd.damselfly.rafs.blob.v1"
+	LegacyMediaTypeBootstrap  = "application/vnd.damselfly.rafs.bootstrap.v1+zstd"
 	AnnotationVersion         = "io.damselfly.rafs.version"
 	AnnotationBootstrapSize   = "io.damselfly.rafs.bootstrap.size"
 	AnnotationBootstrapDigest = "io.damselfly.rafs.bootstrap.digest"

@@ -18,7 +18,8 @@ const notesMarker = "<!-- notes: written by hand, kept by make bench-results -->
 
 // writeResults writes the benchmark report (RESULTS.md) to file from the
 // reports the harnesses left in out: distribution.json, and convert.md,
-// mount.md, deployed.md and pulls.md where those harnesses ran. The notes of an existing file (from
+// mount.md, deployed.md, pulls.md and snapshotter.md where those
+// harnesses ran. The notes of an existing file (from
 // notesMarker on) are kept at its end. Beside it, RESULTS.json gathers
 // the harnesses' JSON reports.
 func writeResults(file, out string) error {
@@ -64,6 +65,7 @@ func writeResults(file, out string) error {
 		{"mount.md", "Mount and read", "make bench-mount"},
 		{"deployed.md", "Deployed distribution: separate processes, network namespaces, kernel-capped links (issue 24)", "make bench-deployed"},
 		{"pulls.md", "Plain pulls through the peers' mirrors: separate processes, network namespaces, kernel-capped links (issue 21)", "make bench-pulls"},
+		{"snapshotter.md", "Container start through damselfly snapshotter: containerd, RAFS against a full overlayfs pull (issue 22)", "make bench-snapshotter"},
 	} {
 		fmt.Fprintf(&b, "## %s\n\n", h.title)
 		data, err := os.ReadFile(filepath.Join(out, h.name))
@@ -88,7 +90,7 @@ func writeResults(file, out string) error {
 // not run left out. Each is checked to be JSON, not parsed further.
 func writeResultsJSON(file, out string) error {
 	all := map[string]json.RawMessage{}
-	for _, name := range []string{"distribution", "convert", "mount", "deployed", "pulls"} {
+	for _, name := range []string{"distribution", "convert", "mount", "deployed", "pulls", "snapshotter"} {
 		data, err := os.ReadFile(filepath.Join(out, name+".json"))
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
