@@ -63,19 +63,12 @@ type helloImage struct {
 // ref is the image's reference in the registry at host.
 func (h *helloImage) ref(host string) string { return host + "/" + h.repo + ":" + h.tag }
 
-// pushHello builds the hello image and pushes it to reg.
-func pushHello(t *testing.T, reg *registry) *helloImage {
+// programImage is an OCI image of layers for this machine's
+// architecture whose entrypoint is entry.
+func programImage(t *testing.T, entry string, layers ...v1.Layer) v1.Image {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	program := buildHello(ctx, t)
-	data := make([]byte, helloDataSize)
-	rand.NewChaCha8([32]byte{'c', 't', 'r', 'd'}).Read(data)
-
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(img,
-		gzipLayer(t, tarEntry{name: "hello", mode: 0o755, body: program}),
-		gzipLayer(t, tarEntry{name: "data/", mode: 0o755, dir: true}, tarEntry{name: "data/blob", mode: 0o644, body: data}))
+	img, err := mutate.AppendLayers(img, layers...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +78,25 @@ func pushHello(t *testing.T, reg *registry) *helloImage {
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Entrypoint = []string{"/hello"}
+	cf.Config.Entrypoint = []string{entry}
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		t.Fatal(err)
 	}
+	return img
+}
+
+// pushHello builds the hello image and pushes it to reg.
+func pushHello(t *testing.T, reg *registry) *helloImage {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	program := buildHello(ctx, t)
+	data := make([]byte, helloDataSize)
+	rand.NewChaCha8([32]byte{'c', 't', 'r', 'd'}).Read(data)
+
+	img := programImage(t, "/hello",
+		gzipLayer(t, tarEntry{name: "hello", mode: 0o755, body: program}),
+		gzipLayer(t, tarEntry{name: "data/", mode: 0o755, dir: true}, tarEntry{name: "data/blob", mode: 0o644, body: data}))
 
 	h := &helloImage{repo: "ctrd/hello", tag: "v1",
 		want: fmt.Sprintf("hello from damselfly's containerd test: /data/blob sha256:%x", sha256.Sum256(data))}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,24 +115,10 @@ func pushLazy(t *testing.T, reg *registry) *lazyImage {
 	unread := make([]byte, 12<<20)
 	rnd.Read(unread)
 
-	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(img,
+	img := programImage(t, "/lazy",
 		gzipLayer(t, tarEntry{name: "lazy", mode: 0o755, body: program}),
 		gzipLayer(t, tarEntry{name: "data/", mode: 0o755, dir: true}, tarEntry{name: "data/blob", mode: 0o644, body: data}),
 		gzipLayer(t, tarEntry{name: "unread/", mode: 0o755, dir: true}, tarEntry{name: "unread/big", mode: 0o644, body: unread}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Entrypoint = []string{"/lazy"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
 	im := &lazyImage{repo: "ctrd/lazy", want: fmt.Sprintf("lazy: /data/blob sha256:%x", sha256.Sum256(data)),
 		blobs: map[string]int64{}, plain: map[string]int64{}}
 	ref, err := name.ParseReference(reg.host+"/"+im.repo+":v1", name.Insecure)
