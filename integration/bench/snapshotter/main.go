@@ -77,10 +77,13 @@ var modeTags = map[string]struct{ tag, snapshotter string }{
 type options struct {
 	out        string
 	links      []string
+	modes      []string
 	runs       int
 	cmd        string
 	runTimeout time.Duration
 	keep       bool
+	mountExtra string
+	convFlags  []string
 }
 
 func main() {
@@ -88,9 +91,12 @@ func main() {
 	var linkList string
 	flag.StringVar(&o.out, "out", "", "results and image cache directory (default integration/bench/out in the repository)")
 	flag.StringVar(&linkList, "links", "200m,1g", "links to measure: 200m (200 Mbit/s, 20ms RTT) and/or 1g (1 Gbit/s, 2ms RTT)")
+	modeList := flag.String("modes", "rafs,startup,overlay", "modes to measure: rafs (default conversion), startup (startup set as prefetch patterns), overlay (full pull)")
 	flag.IntVar(&o.runs, "runs", 3, "rounds; each runs both modes on each link, rows show medians")
 	flag.StringVar(&o.cmd, "cmd", bench.PythonImport+"; print('imported', flush=True)", "Python program the container runs (environment bench.PythonEnv); its first line stops the clock")
 	flag.DurationVar(&o.runTimeout, "run-timeout", 10*time.Minute, "bound on one run")
+	flag.StringVar(&o.mountExtra, "mount-yaml", "", "YAML appended to the mount daemons' configuration (a study of tunables; the reported rows use the defaults)")
+	convFlags := flag.String("convert-flags", "", "flags added to both conversions, space-separated (a study; the reported rows use the defaults)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (registry storage, logs)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -101,6 +107,13 @@ func main() {
 			}
 			o.links = append(o.links, l)
 		}
+		for _, m := range strings.Split(*modeList, ",") {
+			if _, ok := modeTags[m]; !ok {
+				return fmt.Errorf("-modes: unknown mode %q (want rafs, startup or overlay)", m)
+			}
+			o.modes = append(o.modes, m)
+		}
+		o.convFlags = strings.Fields(*convFlags)
 		if o.runs < 1 {
 			return fmt.Errorf("-runs %d: want at least 1", o.runs)
 		}
@@ -193,7 +206,7 @@ func runMain(ctx context.Context, o options) (err error) {
 		for _, l := range o.links {
 			// The order rotates each round, so no mode always runs on a
 			// machine another just warmed or loaded.
-			all := []string{modeRAFS, modeStartup, modeOverlay}
+			all := o.modes
 			k := (r - 1) % len(all)
 			modes := append(all[k:len(all):len(all)], all[:k]...)
 			for _, m := range modes {
@@ -229,7 +242,7 @@ func (h *rig) push(ctx context.Context) error {
 		return fmt.Errorf("skopeo copy: %w: %s", err, out)
 	}
 	start := time.Now()
-	if h.image.Convert, err = harness.Convert(ctx, h.bin, h.image.Source, dst+":rafs"); err != nil {
+	if h.image.Convert, err = harness.Convert(ctx, h.bin, h.image.Source, dst+":rafs", h.o.convFlags...); err != nil {
 		return err
 	}
 	h.image.ConvertTook = time.Since(start).Seconds()
@@ -272,7 +285,7 @@ func (h *rig) pushStartup(ctx context.Context, layout, dst string) error {
 	if err := os.WriteFile(patterns, []byte(list.String()), 0o644); err != nil {
 		return err
 	}
-	if h.image.ConvertStartup, err = harness.Convert(ctx, h.bin, h.image.Source, dst+":rafs-startup", "--prefetch-patterns", patterns); err != nil {
+	if h.image.ConvertStartup, err = harness.Convert(ctx, h.bin, h.image.Source, dst+":rafs-startup", append([]string{"--prefetch-patterns", patterns}, h.o.convFlags...)...); err != nil {
 		return err
 	}
 	logf("startup set: %d files, %s; converted with it as prefetch patterns (%d chunks in the prefetch blob)",

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,6 +204,9 @@ func (h *rig) run(ctx context.Context, name, link, mode string) (_ *runResult, e
 	if snName == "damselfly" {
 		entries, _ := os.ReadDir(filepath.Join(snRoot, "mounts"))
 		res.MountDaemons = len(entries)
+		if h.o.keep {
+			keepDaemons(filepath.Join(snRoot, "mounts"), dir)
+		}
 	}
 	select {
 	case st := <-exit:
@@ -211,6 +217,30 @@ func (h *rig) run(ctx context.Context, name, link, mode string) (_ *runResult, e
 		return nil, fmt.Errorf("container still running after %v: %w", h.o.runTimeout, ctx.Err())
 	}
 	return res, nil
+}
+
+// keepDaemons copies each mount daemon's log and metrics (from its status
+// socket) under root into dir, for -keep.
+func keepDaemons(root, dir string) {
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		src := filepath.Join(root, e.Name())
+		if b, err := os.ReadFile(filepath.Join(src, "mount.log")); err == nil {
+			os.WriteFile(filepath.Join(dir, "mount-"+e.Name()+".log"), b, 0o644)
+		}
+		cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(src, "api.sock"))
+			}}}
+		resp, err := cl.Get("http://mount/metrics")
+		if err != nil {
+			logf("  metrics of mount daemon %s: %v", e.Name(), err)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		os.WriteFile(filepath.Join(dir, "mount-"+e.Name()+".metrics"), b, 0o644)
+	}
 }
 
 // connect waits for containerd to answer on sock.
@@ -241,7 +271,7 @@ func connect(ctx context.Context, p *harness.Proc, sock string) (*ctrdclient.Cli
 // reference), configs/mount.yaml's defaults otherwise.
 func (h *rig) startSnapshotter(dir, root, sock string) (*harness.Proc, error) {
 	mountCfg := filepath.Join(dir, "mount.yaml")
-	if err := os.WriteFile(mountCfg, fmt.Appendf(nil, "backend:\n  type: registry\ncache:\n  dir: %s\n", filepath.Join(dir, "cache")), 0o600); err != nil {
+	if err := os.WriteFile(mountCfg, fmt.Appendf(nil, "backend:\n  type: registry\ncache:\n  dir: %s\n%s\n", filepath.Join(dir, "cache"), h.o.mountExtra), 0o600); err != nil {
 		return nil, err
 	}
 	cfg := filepath.Join(dir, "snapshotter.yaml")
