@@ -93,6 +93,7 @@ type fakeRegistry struct {
 	configs   map[string]*v1.ConfigFile
 	indexes   map[string]*v1.IndexManifest // by docker://HOST/REPO:TAG
 	indexErr  error
+	bootErr   error             // CheckBootstrap's error
 	blobs     map[string][]byte // by digest
 	indexReqs int
 	blobReqs  map[string]int
@@ -110,6 +111,9 @@ func (f *fakeRegistry) Manifest(_ context.Context, image string) (*v1.Manifest, 
 }
 
 func (f *fakeRegistry) CheckBootstrap(_ context.Context, image string) error {
+	if f.bootErr != nil {
+		return f.bootErr
+	}
 	m, err := f.Manifest(context.Background(), image)
 	if err != nil {
 		return err
@@ -243,8 +247,14 @@ func newSiblingScene(t *testing.T) *siblingScene {
 // newSiblingSnapshotter is newTestSnapshotter over reg.
 func newSiblingSnapshotter(t *testing.T, reg Registry) *Snapshotter {
 	t.Helper()
+	return openSiblingSnapshotter(t, reg, filepath.Join(t.TempDir(), "r"))
+}
+
+// openSiblingSnapshotter is newSiblingSnapshotter at root.
+func openSiblingSnapshotter(t *testing.T, reg Registry, root string) *Snapshotter {
+	t.Helper()
 	cfg := Default()
-	cfg.Root = filepath.Join(t.TempDir(), "r")
+	cfg.Root = root
 	cfg.MountTimeout = 10 * time.Second
 	cfg.StopTimeout = 5 * time.Second
 	s, err := New(t.Context(), cfg, Options{Registry: reg})
@@ -327,8 +337,20 @@ func TestSiblingServesIndexImage(t *testing.T) {
 	if got := lowerOf(t, m); got != mp {
 		t.Errorf("container lowerdir %s, want the RAFS sibling's mount %s", got, mp)
 	}
-	if got := s.Daemons(); got[sc.rafs] == 0 || len(got) != 1 {
-		t.Errorf("daemons %v, want one for the sibling %s", got, sc.rafs)
+	pids := s.Daemons()
+	if pids[sc.rafs] == 0 || len(pids) != 1 {
+		t.Fatalf("daemons %v, want one for the sibling %s", pids, sc.rafs)
+	}
+	// A restarted snapshotter adopts the sibling's daemon.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openSiblingSnapshotter(t, sc.reg, s.root)
+	if got := s.Daemons(); got[sc.rafs] != pids[sc.rafs] || len(got) != 1 {
+		t.Fatalf("daemons %v after a restart, want the adopted %v", got, pids)
+	}
+	if m, err := s.Mounts(t.Context(), "ctr"); err != nil || lowerOf(t, m) != mp {
+		t.Fatalf("mounts of the container after a restart: %+v, %v", m, err)
 	}
 	for _, c := range sc.chain[:2] {
 		info, err := s.Stat(t.Context(), c)
@@ -494,4 +516,51 @@ func TestSourceLayerHazard(t *testing.T) {
 			t.Errorf("the view is left after its fill failed: %v", err)
 		}
 	})
+}
+
+// TestSiblingBootstrapFails: a sibling whose bootstrap does not check
+// out leaves the top layer to containerd, and the empty source layers
+// below it are filled before the top layer's snapshot is made on them:
+// the pull ends as a full one would, never on empty layers.
+func TestSiblingBootstrapFails(t *testing.T) {
+	rafstest.RequireRoot(t)
+	sc := newSiblingScene(t)
+	sc.reg.bootErr = errors.New("bootstrap: magic number mismatch")
+	s := newSiblingSnapshotter(t, sc.reg)
+	ctx := t.Context()
+	for i := range sc.layers[:2] {
+		parent := ""
+		if i > 0 {
+			parent = sc.chain[i-1]
+		}
+		if err := sc.prepareLayer(s, sc.ref, i, parent); !errdefs.IsAlreadyExists(err) {
+			t.Fatalf("prepare of lower layer %d: got %v, want ErrAlreadyExists", i, err)
+		}
+	}
+	top := len(sc.layers) - 1
+	if err := sc.prepareLayer(s, sc.ref, top, sc.chain[top-1]); err != nil {
+		t.Fatalf("prepare of the top layer with a bad sibling bootstrap: got %v, want an ordinary snapshot", err)
+	}
+	for _, c := range sc.chain[:top] {
+		if info, err := s.Stat(ctx, c); err != nil || info.Labels[LabelLayer] != layerSourceFilled {
+			t.Errorf("source layer %s under an ordinary top layer: %v, %v; want %s", c, info.Labels, err, layerSourceFilled)
+		}
+	}
+	key := fmt.Sprintf("extract-%d-%s", top, sc.chain[top])
+	m, err := s.Mounts(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lowers := strings.Split(lowerOf(t, m), ":")
+	for _, d := range lowers {
+		if b, err := os.ReadFile(filepath.Join(d, sc.baseFile)); err != nil || string(b) != "base layer" {
+			t.Errorf("%s in lower %s: %q, %v; want the base layer's file", sc.baseFile, d, b, err)
+		}
+	}
+	if err := s.Commit(ctx, sc.chain[top], key); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Daemons(); len(got) != 0 {
+		t.Errorf("daemons %v, want none: the image is not served by its sibling", got)
+	}
 }
