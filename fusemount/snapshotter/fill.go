@@ -71,6 +71,17 @@ func (s *Snapshotter) fill(ctx context.Context, l link, parents []string) error 
 		return nil
 	}
 	image, target := info.Labels[LabelSource], info.Labels[snapshots.LabelSnapshotRef]
+	dir := filepath.Join(s.root, "snapshots", l.id)
+	// What an interrupted fill left: a temporary directory, or a layer
+	// swapped in whole but not yet marked (only the rename fills it).
+	if old, err := filepath.Glob(filepath.Join(dir, "fill-*")); err == nil {
+		for _, o := range old {
+			os.RemoveAll(o)
+		}
+	}
+	if entries, err := os.ReadDir(s.upperDir(l.id)); err == nil && len(entries) > 0 {
+		return s.markFilled(ctx, info)
+	}
 	start := time.Now()
 	layer, diffID, err := s.sourceLayer(ctx, image, target)
 	if err != nil {
@@ -82,7 +93,6 @@ func (s *Snapshotter) fill(ctx context.Context, l link, parents []string) error 
 		return fmt.Errorf("fill layer %s of %s: %w", layer, image, err)
 	}
 	defer rc.Close()
-	dir := filepath.Join(s.root, "snapshots", l.id)
 	tmp, err := os.MkdirTemp(dir, "fill-")
 	if err != nil {
 		return err
@@ -96,11 +106,19 @@ func (s *Snapshotter) fill(ctx context.Context, l link, parents []string) error 
 	if err := unix.Rename(tmp, s.upperDir(l.id)); err != nil {
 		return fmt.Errorf("fill layer %s of %s: %w", layer, image, err)
 	}
-	info.Labels[LabelLayer] = layerSourceFilled
-	if _, err := s.Snapshotter.Update(ctx, info, "labels."+LabelLayer); err != nil {
-		return fmt.Errorf("mark layer %s of %s filled: %w", layer, image, err)
+	if err := s.markFilled(ctx, info); err != nil {
+		return err
 	}
 	s.log.Info("source layer filled", "image", image, "layer", layer, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// markFilled labels the source layer info as filled.
+func (s *Snapshotter) markFilled(ctx context.Context, info snapshots.Info) error {
+	info.Labels[LabelLayer] = layerSourceFilled
+	if _, err := s.Snapshotter.Update(ctx, info, "labels."+LabelLayer); err != nil {
+		return fmt.Errorf("mark source layer %s filled: %w", info.Name, err)
+	}
 	return nil
 }
 

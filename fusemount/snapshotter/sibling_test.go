@@ -498,6 +498,35 @@ func TestSourceLayerHazard(t *testing.T) {
 		t.Errorf("RAFS container lowerdir %s, want %s", got, want)
 	}
 
+	t.Run("interrupted fill", func(t *testing.T) {
+		sc := newSiblingScene(t)
+		s := newSiblingSnapshotter(t, sc.reg)
+		sc.unpackSibling(t, s)
+		chain, err := s.chain(ctx, sc.chain[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(s.root, "snapshots", chain[0].id)
+		if err := os.WriteFile(filepath.Join(s.upperDir(chain[0].id), sc.baseFile), []byte("base layer"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(dir, "fill-left"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.View(ctx, "view", sc.chain[0]); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := s.Stat(ctx, sc.chain[0]); err != nil || info.Labels[LabelLayer] != layerSourceFilled {
+			t.Errorf("source layer: %v, %v; want %s", info.Labels, err, layerSourceFilled)
+		}
+		if _, blobs := sc.reg.counts(); len(blobs) != 0 {
+			t.Errorf("blob reads %v, want none: the layer was in place", blobs)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "fill-left")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the interrupted fill's directory is left: %v", err)
+		}
+	})
+
 	t.Run("blob does not match the chain ID", func(t *testing.T) {
 		sc := newSiblingScene(t)
 		bad := newFakeLayer(t, map[string]string{"base.txt": "not the base layer"})
