@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -35,8 +36,10 @@ import (
 
 // fillSources fills the empty source layers among chain (nearest
 // first, all committed) that a snapshot on chain would mount: those
-// above its first bootstrap snapshot, or all without one.
-func (s *Snapshotter) fillSources(ctx context.Context, chain []link) error {
+// above its first bootstrap snapshot, or all without one. alt, if not
+// empty, is the image (docker://HOST/REPO@DIGEST) being unpacked on
+// chain, tried for a layer its original image cannot give.
+func (s *Snapshotter) fillSources(ctx context.Context, chain []link, alt string) error {
 	upto := len(chain)
 	if _, _, at, ok := rafsImage(chain); ok {
 		upto = at
@@ -50,7 +53,7 @@ func (s *Snapshotter) fillSources(ctx context.Context, chain []link) error {
 		for _, p := range chain[i+1:] {
 			parents = append(parents, s.upperDir(p.id))
 		}
-		if err := s.fill(ctx, chain[i], parents); err != nil {
+		if err := s.fill(ctx, chain[i], parents, alt); err != nil {
 			return err
 		}
 	}
@@ -60,7 +63,7 @@ func (s *Snapshotter) fillSources(ctx context.Context, chain []link) error {
 // fill fills one empty source layer, unless another fill did meanwhile.
 // s.fillMu serialises fills: they are rare, and one at a time keeps two
 // of the same layer from racing.
-func (s *Snapshotter) fill(ctx context.Context, l link, parents []string) error {
+func (s *Snapshotter) fill(ctx context.Context, l link, parents []string, alt string) error {
 	s.fillMu.Lock()
 	defer s.fillMu.Unlock()
 	info, err := s.Snapshotter.Stat(ctx, l.name)
@@ -70,7 +73,7 @@ func (s *Snapshotter) fill(ctx context.Context, l link, parents []string) error 
 	if info.Labels[LabelLayer] != layerSource {
 		return nil
 	}
-	image, target := info.Labels[LabelSource], info.Labels[snapshots.LabelSnapshotRef]
+	image := info.Labels[LabelSource]
 	dir := filepath.Join(s.root, "snapshots", l.id)
 	// What an interrupted fill left: a temporary directory, or a layer
 	// swapped in whole but not yet marked (only the rename fills it).
@@ -82,10 +85,36 @@ func (s *Snapshotter) fill(ctx context.Context, l link, parents []string) error 
 	if entries, err := os.ReadDir(s.upperDir(l.id)); err == nil && len(entries) > 0 {
 		return s.markFilled(ctx, info)
 	}
+	// The original image first; then the image being unpacked, whose
+	// own copy of the layer containerd would have applied had the chain
+	// ID not been taken (its repository may be readable when the
+	// original's no longer is).
+	sources := []string{image}
+	if alt != "" && alt != image {
+		sources = append(sources, alt)
+	}
+	var errs []error
+	for _, src := range sources {
+		err := s.fillFrom(ctx, l, info, src, dir, parents)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fillFrom fills the source layer l (info) from the layer of image whose
+// chain ID l has. s.fillMu held.
+func (s *Snapshotter) fillFrom(ctx context.Context, l link, info snapshots.Info, image, dir string, parents []string) error {
+	target := info.Labels[snapshots.LabelSnapshotRef]
 	start := time.Now()
 	layer, diffID, err := s.sourceLayer(ctx, image, target)
 	if err != nil {
-		return fmt.Errorf("fill layer %s of %s: %w", target, image, err)
+		return fmt.Errorf("fill layer %s from %s: %w", target, image, err)
 	}
 	s.log.Info("filling a source layer that a chain without its RAFS image needs", "image", image, "layer", layer, "snapshot", l.name)
 	rc, err := s.reg.Blob(ctx, image, layer)

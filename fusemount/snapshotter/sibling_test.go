@@ -94,6 +94,7 @@ type fakeRegistry struct {
 	indexes   map[string]*v1.IndexManifest // by docker://HOST/REPO:TAG
 	indexErr  error
 	bootErr   error             // CheckBootstrap's error
+	denied    map[string]bool   // images whose blobs cannot be read
 	blobs     map[string][]byte // by digest
 	indexReqs int
 	blobReqs  map[string]int
@@ -149,7 +150,7 @@ func (f *fakeRegistry) Blob(_ context.Context, image, d string) (io.ReadCloser, 
 	defer f.mu.Unlock()
 	f.blobReqs[d]++
 	b, ok := f.blobs[d]
-	if !ok {
+	if !ok || f.denied[image] {
 		return nil, fmt.Errorf("blob %s of %s: not found", d, image)
 	}
 	return io.NopCloser(bytes.NewReader(b)), nil
@@ -524,6 +525,37 @@ func TestSourceLayerHazard(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(dir, "fill-left")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the interrupted fill's directory is left: %v", err)
+		}
+	})
+
+	t.Run("original unreadable", func(t *testing.T) {
+		// The plain image being unpacked has the layer too: its copy
+		// fills the snapshot when the original's repository is denied.
+		sc := newSiblingScene(t)
+		s := newSiblingSnapshotter(t, sc.reg)
+		sc.unpackSibling(t, s)
+		other := newFakeLayer(t, map[string]string{"other.txt": "other"})
+		plain := "docker://reg.test/other@" + digest('d').String()
+		sc.reg.manifests[plain] = &v1.Manifest{SchemaVersion: 2, Layers: []v1.Descriptor{
+			{MediaType: types.OCILayer, Digest: sc.layers[0].digest}, {MediaType: types.OCILayer, Digest: other.digest}}}
+		sc.reg.configs[plain] = &v1.ConfigFile{RootFS: v1.RootFS{Type: "layers", DiffIDs: []v1.Hash{sc.layers[0].diffID, other.diffID}}}
+		sc.reg.denied = map[string]bool{sc.repo + "@" + sc.orig: true}
+		chain := chainIDs(sc.reg.configs[plain])
+		_, err := s.Prepare(ctx, "extract-other", chain[0], snapshots.WithLabels(map[string]string{
+			snapshots.LabelSnapshotRef:             chain[1],
+			snapshotters.TargetRefLabel:            "reg.test/other:v1",
+			snapshotters.TargetManifestDigestLabel: digest('d').String(),
+			snapshotters.TargetLayerDigestLabel:    other.digest.String(),
+		}))
+		if err != nil {
+			t.Fatalf("prepare of the plain image's layer on the shared base: %v", err)
+		}
+		if info, err := s.Stat(ctx, sc.chain[0]); err != nil || info.Labels[LabelLayer] != layerSourceFilled {
+			t.Errorf("source layer: %v, %v; want %s", info.Labels, err, layerSourceFilled)
+		}
+		// Without that image, the fill fails and says why.
+		if _, err := s.View(ctx, "view", sc.chain[1]); err == nil || !strings.Contains(err.Error(), "not found") {
+			t.Errorf("view on a source layer no repository gives: got %v, want the blob's error", err)
 		}
 	})
 

@@ -183,12 +183,16 @@ func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...s
 			}
 		}
 	}
-	return s.create(ctx, snapshots.KindActive, key, parent, opts)
+	alt := ""
+	if remote {
+		alt = r.image()
+	}
+	return s.create(ctx, snapshots.KindActive, key, parent, alt, opts)
 }
 
 // View creates a read-only snapshot of parent.
 func (s *Snapshotter) View(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
-	return s.create(ctx, snapshots.KindView, key, parent, opts)
+	return s.create(ctx, snapshots.KindView, key, parent, "", opts)
 }
 
 // classify returns what layer r is (layerKind). A manifest it cannot read
@@ -316,7 +320,9 @@ func (s *Snapshotter) commitEmpty(ctx context.Context, key, parent string, r rem
 
 // create makes an active or view snapshot; on a RAFS image, with the
 // image's daemon running and the image's mount as its lowest layer.
-func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, parent string, opts []snapshots.Opt) ([]mount.Mount, error) {
+// Empty source layers it would mount are filled first (fill.go), also
+// from alt, the image being unpacked, if not "".
+func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, parent, alt string, opts []snapshots.Opt) ([]mount.Mount, error) {
 	onRAFS := false
 	if parent != "" {
 		chain, err := s.chain(ctx, parent)
@@ -325,7 +331,7 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 		}
 		// A chain another image's layers share may hold empty source
 		// layers that this snapshot would mount.
-		if err := s.fillSources(ctx, chain); err != nil {
+		if err := s.fillSources(ctx, chain, alt); err != nil {
 			return nil, fmt.Errorf("snapshot %s: %w", key, err)
 		}
 		var manifest, image string
