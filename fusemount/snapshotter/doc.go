@@ -60,7 +60,8 @@
 // make the reuse correct instead (fill.go): before any snapshot is made
 // on a chain that would mount an empty source layer (one not below a
 // bootstrap layer), the layer is filled from its blob in the original's
-// repository, applied with overlayfs whiteouts as containerd's applier
+// repository (or in the image being unpacked, if that one fails),
+// applied with overlayfs whiteouts as containerd's applier
 // does, its tar checked against the diff ID its chain ID stands for,
 // and swapped in with one rename; a fill that fails fails that snapshot
 // and leaves the layer empty and marked. On the RAFS image's own chain
