@@ -61,13 +61,15 @@
 // on a chain that would mount an empty source layer (one not below a
 // bootstrap layer), the layer is filled from its blob in the original's
 // repository (or in the image being unpacked, if that one fails),
-// applied with overlayfs whiteouts as containerd's applier
-// does, its tar checked against the diff ID its chain ID stands for,
-// and swapped in with one rename; a fill that fails fails that snapshot
-// and leaves the layer empty and marked. On the RAFS image's own chain
-// the source layers are below the RAFS mount and never mounted, filled
-// or not. Reading a chain's empty source layer any other way than
-// through Prepare or View (none in containerd's API) is not covered.
+// applied with overlayfs whiteouts as containerd's applier does, its
+// tar checked against the diff ID its chain ID stands for, and swapped
+// in with one rename; a fill that fails fails that snapshot and leaves
+// the layer empty and marked. containerd's API reads a committed
+// snapshot only through a Prepare or View on it, so no read misses a
+// fill. On the RAFS image's own chain the source layers are below the
+// RAFS mount and never mounted, filled or not. The top layer's snapshot
+// needs no fill: an image with exactly the original's layers that
+// reuses it gets the RAFS mount, the same files.
 //
 // Credentials: containerd hands a pull's credentials to no snapshotter.
 // With cri.listen set, the snapshotter serves CRI's ImageService for the
