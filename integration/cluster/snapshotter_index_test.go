@@ -44,10 +44,12 @@ func TestSnapshotterServesIndexBySibling(t *testing.T) {
 
 	idxRef := c.reg.host + "/" + im.repo + ":idx"
 	since := c.reg.logOffset()
+	start := time.Now()
 	img, err := cl.pull(idxRef, "damselfly", true)
 	if err != nil {
 		t.Fatalf("pull %s through the snapshotter: %v\n--- snapshotter:\n%s", idxRef, err, sn.p.LogTail(4000))
 	}
+	pullTime := time.Since(start)
 	served := c.reg.blobsServed(since)
 	for d := range im.plain {
 		if b := served[d]; b.bytes > 0 {
@@ -73,10 +75,12 @@ func TestSnapshotterServesIndexBySibling(t *testing.T) {
 		t.Errorf("top snapshot labels %v, want the bootstrap layer of %s", info.Labels, im.rafs)
 	}
 
+	start = time.Now()
 	got := cl.run("idx-once", img, "damselfly").wait(time.Minute)
 	if got != im.want+"\nlazy: wrote" {
 		t.Fatalf("container printed %q, want %q\n--- snapshotter:\n%s", got, im.want, sn.p.LogTail(4000))
 	}
+	runTime := time.Since(start)
 	served = c.reg.blobsServed(since)
 	for d := range im.plain {
 		if b := served[d]; b.bytes > 0 {
@@ -91,6 +95,12 @@ func TestSnapshotterServesIndexBySibling(t *testing.T) {
 	if b := served[im.unread]; b.bytes > 0 {
 		t.Errorf("the registry served %d bytes of the blob nobody read (%s), want 0", b.bytes, im.unread)
 	}
+	var rafsBytes int64
+	for d := range im.blobs {
+		rafsBytes += served[d].bytes
+	}
+	t.Logf("measured: index pull through the snapshotter %v, first container run %v; the registry served %d bytes of RAFS blobs (by range) and none of the gzip layers",
+		pullTime.Round(time.Millisecond), runTime.Round(time.Millisecond), rafsBytes)
 	if pids := mountDaemons(sn.root); len(pids) != 1 {
 		t.Errorf("mount daemons %v while the container exists, want 1", pids)
 	}
@@ -107,10 +117,12 @@ func TestSnapshotterServesIndexBySibling(t *testing.T) {
 	// data layer of its own.
 	plainRef, want, base := pushSharedBase(t, c.reg, im)
 	since = c.reg.logOffset()
+	start = time.Now()
 	plainImg, err := cl.pull(plainRef, "damselfly", true)
 	if err != nil {
 		t.Fatalf("pull %s through the snapshotter: %v\n--- snapshotter:\n%s", plainRef, err, sn.p.LogTail(4000))
 	}
+	t.Logf("measured: pull of the plain image on the shared base (its fill included) %v", time.Since(start).Round(time.Millisecond))
 	got = cl.run("shared-base", plainImg, "damselfly").wait(time.Minute)
 	if got != want+"\nlazy: wrote" {
 		t.Fatalf("container of the plain image on the shared base printed %q, want %q\n--- snapshotter:\n%s", got, want, sn.p.LogTail(4000))
