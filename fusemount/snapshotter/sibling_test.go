@@ -507,3 +507,47 @@ func TestSiblingBootstrapFails(t *testing.T) {
 		t.Errorf("daemons %v, want none: the image is not served by its sibling", got)
 	}
 }
+
+// TestSiblingOnRealBase: the base layer's chain ID already names a full
+// snapshot (an earlier plain pull with that base), so containerd starts
+// the sibling pull above it. The layers above become source and
+// bootstrap layers on the real one, the container mounts only the
+// sibling, and the real base layer is left as it is.
+func TestSiblingOnRealBase(t *testing.T) {
+	sc := newSiblingScene(t)
+	s := newSiblingSnapshotter(t, sc.reg)
+	ctx := t.Context()
+	// The earlier plain pull: an ordinary snapshot with the base's file.
+	m, err := s.Prepare(ctx, "extract-base", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m[0].Source, sc.baseFile), []byte("base layer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, sc.chain[0], "extract-base", snapshots.WithLabels(map[string]string{snapshots.LabelSnapshotRef: sc.chain[0]})); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(sc.layers); i++ {
+		if err := sc.prepareLayer(s, sc.ref, i, sc.chain[i-1]); !errdefs.IsAlreadyExists(err) {
+			t.Fatalf("prepare of layer %d above a real base: got %v, want ErrAlreadyExists", i, err)
+		}
+	}
+	top, err := s.Stat(ctx, sc.chain[len(sc.chain)-1])
+	if err != nil || top.Labels[LabelLayer] != layerBootstrap || top.Labels[LabelManifest] != sc.rafs {
+		t.Fatalf("top snapshot %+v, %v; want the sibling's bootstrap layer", top, err)
+	}
+	c, err := s.Prepare(ctx, "ctr", top.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lowerOf(t, c), filepath.Join(s.root, "mounts", daemonID(sc.rafs), "mnt"); got != want {
+		t.Errorf("container lowerdir %s, want only the sibling's mount %s", got, want)
+	}
+	if base, err := s.Stat(ctx, sc.chain[0]); err != nil || base.Labels[LabelLayer] != "" {
+		t.Errorf("the real base layer: %+v, %v; want it untouched", base, err)
+	}
+	if _, blobs := sc.reg.counts(); len(blobs) != 0 {
+		t.Errorf("blob reads %v, want none", blobs)
+	}
+}
