@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -63,6 +64,17 @@ type Registry interface {
 	// it as a mount would (rafs/image): digest, size, format, and that it
 	// names the manifest's blobs. An error says what is wrong.
 	CheckBootstrap(ctx context.Context, image string) error
+	// Index returns the image index ref (docker://HOST/REPO:TAG or
+	// @DIGEST) names, with true; false when it names a single manifest.
+	// It may block on the network; it is safe for concurrent use.
+	Index(ctx context.Context, ref string) (*v1.IndexManifest, bool, error)
+	// Config returns the config of image (docker://HOST/REPO@DIGEST),
+	// checked against the digest its manifest gives.
+	Config(ctx context.Context, image string) (*v1.ConfigFile, error)
+	// Blob opens the blob with digest in image's repository. Reading it
+	// to the end fails if the bytes do not match the digest. The caller
+	// closes it.
+	Blob(ctx context.Context, image, digest string) (io.ReadCloser, error)
 }
 
 // registryClient is the Registry of the repo's own clients
@@ -127,4 +139,61 @@ func (c *registryClient) CheckBootstrap(ctx context.Context, ref string) error {
 		return err
 	}
 	return img.Close()
+}
+
+func (c *registryClient) Index(ctx context.Context, ref string) (*v1.IndexManifest, bool, error) {
+	r, err := transport.Parse(ref, c.opts)
+	if err != nil {
+		return nil, false, err
+	}
+	idx, ok, err := transport.ReadIndex(ctx, r, c.opts)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, false, fmt.Errorf("index %s: %w", ref, err)
+	}
+	return im, true, nil
+}
+
+// image reads the image ref names by digest.
+func (c *registryClient) image(ctx context.Context, ref string) (v1.Image, error) {
+	r, err := transport.Parse(ref, c.opts)
+	if err != nil {
+		return nil, err
+	}
+	return transport.ReadImage(ctx, r, c.opts)
+}
+
+func (c *registryClient) Config(ctx context.Context, ref string) (*v1.ConfigFile, error) {
+	img, err := c.image(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("config of %s: %w", ref, err)
+	}
+	return cf, nil
+}
+
+func (c *registryClient) Blob(ctx context.Context, ref, digest string) (io.ReadCloser, error) {
+	img, err := c.image(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	h, err := v1.NewHash(digest)
+	if err != nil {
+		return nil, err
+	}
+	l, err := img.LayerByDigest(h)
+	if err != nil {
+		return nil, fmt.Errorf("layer %s of %s: %w", digest, ref, err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return nil, fmt.Errorf("layer %s of %s: %w", digest, ref, err)
+	}
+	return rc, nil
 }

@@ -29,11 +29,47 @@
 // image's own media types. Images with the legacy types
 // (application/vnd.damselfly.rafs.*) are recognised too, but containerd
 // brings their layers only for a client that presents them as OCI
-// layers. For a convert --index image CRI takes the original manifest;
-// redirecting such a plain pull to the RAFS manifest in the same index
-// here would be unsafe: the plain layers' chain IDs would name empty
-// snapshots that other plain images sharing those layers would then
-// reuse.
+// layers.
+//
+// A convert --index image: containerd's platform matcher ignores
+// platform.features, so CRI unpacks the index's original manifest.
+// When a remote-snapshot Prepare finds an ordinary manifest, the
+// snapshotter reads the reference the client pulled (CRI's image-ref
+// label) again (sibling.go). If it names an index that lists the
+// manifest being unpacked (so a tag moved since containerd resolved it
+// cannot swap images) and a manifest with rafs.PlatformFeature that is
+// RAFS and whose rafs.AnnotationSource is that manifest, this RAFS
+// "sibling" serves the image: the original's top layer (found by chain
+// ID, so a layer that appears twice is placed right) is committed as
+// the sibling's bootstrap layer, checked first as for a RAFS-only pull,
+// and its lower layers as empty "source" layers. The labels are those a
+// RAFS pull leaves, so the mount daemon is the sibling's and is
+// started, shared, stopped and adopted as for any RAFS image. Whatever
+// does not check out leaves the layer to containerd; the answer is
+// cached per (reference, manifest) for the pull.
+//
+// The hazard of empty source layers: their names are containerd's chain
+// IDs, which every image with the same bottom layers shares, and
+// containerd (its metadata store, per namespace) reuses a snapshot by
+// chain ID without asking the snapshotter. A plain image on the same
+// base would then stand on an empty layer. Chain IDs cannot be made
+// private to the RAFS image, and a snapshotter cannot refuse the reuse;
+// per-layer lazy snapshotters (stargz, SOCI) avoid the question because
+// each of their snapshots holds its own layer's files, which a merged
+// RAFS bootstrap does not give layer by layer. So the choice here is to
+// make the reuse correct instead (fill.go): before any snapshot is made
+// on a chain that would mount an empty source layer (one not below a
+// bootstrap layer), the layer is filled from its blob in the original's
+// repository (or in the image being unpacked, if that one fails),
+// applied with overlayfs whiteouts as containerd's applier does, its
+// tar checked against the diff ID its chain ID stands for, and swapped
+// in with one rename; a fill that fails fails that snapshot and leaves
+// the layer empty and marked. containerd's API reads a committed
+// snapshot only through a Prepare or View on it, so no read misses a
+// fill. On the RAFS image's own chain the source layers are below the
+// RAFS mount and never mounted, filled or not. The top layer's snapshot
+// needs no fill: an image with exactly the original's layers that
+// reuses it gets the RAFS mount, the same files.
 //
 // Credentials: containerd hands a pull's credentials to no snapshotter.
 // With cri.listen set, the snapshotter serves CRI's ImageService for the

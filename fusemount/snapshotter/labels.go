@@ -23,17 +23,29 @@ const (
 	// LabelImage is the image's repository reference, as `damselfly
 	// mount` takes it with the manifest digest (docker://HOST/REPO).
 	LabelImage = "containerd.io/snapshot/damselfly.rafs.image"
+	// LabelSource is on the snapshots of the lower layers of an original
+	// image served by its RAFS sibling (sibling.go): the original
+	// manifest (docker://HOST/REPO@DIGEST), whose layer fills the
+	// snapshot when a chain without the RAFS image needs it (fill.go).
+	LabelSource = "containerd.io/snapshot/damselfly.rafs.source"
 )
 
 // Values of LabelLayer.
 const (
 	layerBlob      = "blob"
 	layerBootstrap = "bootstrap"
+	// layerSource is a lower layer of an original image whose RAFS
+	// sibling serves it: empty, its content in the sibling's bootstrap
+	// and blobs, until fill.go fills it.
+	layerSource = "source"
+	// layerSourceFilled is a layerSource snapshot that holds its layer.
+	layerSourceFilled = "source-filled"
 )
 
 // remoteLayer is what the remote-snapshot labels of one Prepare name.
 type remoteLayer struct {
 	target   string // the snapshot containerd wants (the layer's chain ID)
+	ref      string // the reference the client pulled: HOST/REPO[:TAG][@DIGEST]
 	repo     string // docker://HOST/REPO
 	manifest string // sha256:...
 	layer    string // sha256:...
@@ -68,6 +80,7 @@ func parseRemote(labels map[string]string) (r remoteLayer, ok bool, err error) {
 		return remoteLayer{}, false, fmt.Errorf("label %s: %w", snapshotters.TargetRefLabel, err)
 	}
 	r.repo = "docker://" + n.Context().Name()
+	r.ref = n.Name()
 	return r, true, nil
 }
 

@@ -12,6 +12,7 @@ import (
 type link struct {
 	id     string
 	labels map[string]string
+	name   string
 }
 
 // rafsImage returns the RAFS image a parent chain (nearest parent first)

@@ -19,10 +19,10 @@ func TestLowerDirs(t *testing.T) {
 		ok    bool
 		want  []string
 	}{
-		{"image only", []link{{"3", boot}, {"2", blob}, {"1", blob}}, true, []string{"/mnt"}},
-		{"committed layer on top", []link{{"4", nil}, {"3", boot}, {"2", blob}, {"1", blob}}, true, []string{"/root/snapshots/4/fs", "/mnt"}},
-		{"blobs only (unpack in progress)", []link{{"2", blob}, {"1", blob}}, false, nil},
-		{"plain image", []link{{"2", nil}, {"1", nil}}, false, nil},
+		{"image only", []link{{id: "3", labels: boot}, {id: "2", labels: blob}, {id: "1", labels: blob}}, true, []string{"/mnt"}},
+		{"committed layer on top", []link{{id: "4", labels: nil}, {id: "3", labels: boot}, {id: "2", labels: blob}, {id: "1", labels: blob}}, true, []string{"/root/snapshots/4/fs", "/mnt"}},
+		{"blobs only (unpack in progress)", []link{{id: "2", labels: blob}, {id: "1", labels: blob}}, false, nil},
+		{"plain image", []link{{id: "2", labels: nil}, {id: "1", labels: nil}}, false, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			manifest, image, at, ok := rafsImage(tt.chain)

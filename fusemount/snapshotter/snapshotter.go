@@ -38,6 +38,9 @@ type Snapshotter struct {
 	// exclusively while the daemons in use are worked out and the others
 	// stopped, so that no daemon is stopped under a snapshot being made.
 	users sync.RWMutex
+
+	siblings siblings   // RAFS siblings of original images (sibling.go)
+	fillMu   sync.Mutex // held while a source layer is filled (fill.go)
 }
 
 var (
@@ -171,13 +174,22 @@ func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...s
 		if kind != "" {
 			return nil, s.commitRemote(ctx, key, parent, r, kind, base.Labels)
 		}
+		if sib := s.sibling(ctx, r); sib != nil {
+			if done, err := s.commitSibling(ctx, key, parent, r, sib, base.Labels); done {
+				return nil, err
+			}
+		}
 	}
-	return s.create(ctx, snapshots.KindActive, key, parent, opts)
+	alt := ""
+	if remote {
+		alt = r.image()
+	}
+	return s.create(ctx, snapshots.KindActive, key, parent, alt, opts)
 }
 
 // View creates a read-only snapshot of parent.
 func (s *Snapshotter) View(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
-	return s.create(ctx, snapshots.KindView, key, parent, opts)
+	return s.create(ctx, snapshots.KindView, key, parent, "", opts)
 }
 
 // classify returns what layer r is (layerKind). A manifest it cannot read
@@ -196,45 +208,21 @@ func (s *Snapshotter) classify(ctx context.Context, r remoteLayer) (string, erro
 	return kind, nil
 }
 
-// commitRemote commits the snapshot of a RAFS layer without its content
-// and returns the ErrAlreadyExists containerd takes as "done".
-func (s *Snapshotter) commitRemote(ctx context.Context, key, parent string, r remoteLayer, kind string, labels map[string]string) error {
-	exists := fmt.Errorf("remote snapshot %s: %w", r.target, errdefs.ErrAlreadyExists)
-	if _, err := s.Stat(ctx, r.target); err == nil {
-		return exists
-	}
-	if kind == layerBootstrap {
-		start := time.Now()
-		if err := s.reg.CheckBootstrap(ctx, r.image()); err != nil {
-			// err names the image.
-			return fmt.Errorf("RAFS bootstrap layer %s: %w", r.layer, err)
-		}
-		s.log.Info("RAFS image checked", "image", r.image(), "bootstrap", r.layer, "took", time.Since(start).Round(time.Millisecond))
-	}
-	labels = withLabels(labels, map[string]string{LabelLayer: kind, LabelManifest: r.manifest, LabelImage: r.repo})
-	if _, err := s.Snapshotter.Prepare(ctx, key, parent, snapshots.WithLabels(labels)); err != nil {
-		return err
-	}
-	if err := s.Snapshotter.Commit(ctx, r.target, key, snapshots.WithLabels(labels)); err != nil {
-		if rerr := s.Snapshotter.Remove(ctx, key); rerr != nil {
-			s.log.Warn("remove the snapshot of a failed commit", "key", key, "err", rerr)
-		}
-		if errdefs.IsAlreadyExists(err) {
-			return exists
-		}
-		return err
-	}
-	return exists
-}
-
 // create makes an active or view snapshot; on a RAFS image, with the
 // image's daemon running and the image's mount as its lowest layer.
-func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, parent string, opts []snapshots.Opt) ([]mount.Mount, error) {
+// Empty source layers it would mount are filled first (fill.go), also
+// from alt, the image being unpacked, if not "".
+func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, parent, alt string, opts []snapshots.Opt) ([]mount.Mount, error) {
 	onRAFS := false
 	if parent != "" {
 		chain, err := s.chain(ctx, parent)
 		if err != nil {
 			return nil, err
+		}
+		// A chain another image's layers share may hold empty source
+		// layers that this snapshot would mount.
+		if err := s.fillSources(ctx, chain, alt); err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", key, err)
 		}
 		var manifest, image string
 		manifest, image, _, onRAFS = rafsImage(chain)
@@ -361,7 +349,7 @@ func chainIn(ctx context.Context, key string) ([]link, error) {
 		if err != nil {
 			return nil, err
 		}
-		chain = append(chain, link{id: id, labels: info.Labels})
+		chain = append(chain, link{name: name, id: id, labels: info.Labels})
 		name = info.Parent
 	}
 	return chain, nil
