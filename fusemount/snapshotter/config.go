@@ -49,6 +49,12 @@ type MountConfig struct {
 	// Peer, if set, is the node's peer endpoint, given to every daemon as
 	// its backend.proxy.url over whatever the mount config says.
 	Peer string `mapstructure:"peer"`
+	// StartOnPull starts an image's mount daemon as soon as its pull has
+	// checked the bootstrap, and keeps it this long for a first
+	// container (which then finds the mount ready, and the image's
+	// prefetch under way); 0 starts it with the first container. A
+	// daemon a container has used lives while snapshots use it.
+	StartOnPull time.Duration `mapstructure:"start_on_pull"`
 	// Binary is the damselfly executable run as `damselfly mount`; empty
 	// means the snapshotter's own.
 	Binary string `mapstructure:"binary" config:"advanced"`
@@ -80,6 +86,7 @@ func Default() Config {
 		Root:              DefaultRoot,
 		Address:           DefaultAddress,
 		CRI:               CRIConfig{ImageService: DefaultCRIImageService},
+		Mount:             MountConfig{StartOnPull: 2 * time.Minute},
 		MountTimeout:      60 * time.Second,
 		CheckInterval:     5 * time.Second,
 		StopTimeout:       10 * time.Second,
@@ -138,6 +145,9 @@ func (c Config) Validate() error {
 		case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix":
 			add("mount.peer", "%q: want an http://, https:// or unix:// URL", c.Mount.Peer)
 		}
+	}
+	if c.Mount.StartOnPull < 0 {
+		add("mount.start_on_pull", "%v is negative", c.Mount.StartOnPull)
 	}
 	if c.Mount.Binary != "" && !filepath.IsAbs(c.Mount.Binary) {
 		add("mount.binary", "%q is not an absolute path", c.Mount.Binary)

@@ -40,6 +40,9 @@ type daemon struct {
 	done <-chan struct{}
 	// failed is when its last start failed.
 	failed time.Time
+	// kept is how long a daemon started at pull is kept with no
+	// snapshot on it (Config.Mount.StartOnPull); guarded by daemons.mu.
+	kept time.Time
 }
 
 // daemons runs one `damselfly mount` per image under root/mounts. Its
@@ -134,6 +137,22 @@ func (p *daemons) get(manifest, image string) *daemon {
 		p.m[id] = d
 	}
 	return d
+}
+
+// keepUntil sets until when the daemon of manifest is kept with no
+// snapshot using it (the zero time: only while snapshots use it). A
+// later time never gives way to an earlier one except the zero time.
+// It reports whether the entry was not kept before, i.e. whether this
+// caller should start it.
+func (p *daemons) keepUntil(manifest, image string, until time.Time) bool {
+	d := p.get(manifest, image)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	was := d.kept
+	if until.IsZero() || until.After(d.kept) {
+		d.kept = until
+	}
+	return !until.IsZero() && !was.After(time.Now())
 }
 
 // ensure returns the mountpoint of the image's running daemon, starting
@@ -386,8 +405,9 @@ func (p *daemons) stopUnused(inUse map[string]string) error {
 	}
 	p.mu.Lock()
 	var unused []string
-	for id := range p.m {
-		if !want[id] {
+	now := time.Now()
+	for id, d := range p.m {
+		if !want[id] && !d.kept.After(now) {
 			unused = append(unused, id)
 		}
 	}

@@ -82,5 +82,8 @@
 // state it keeps under the root directory (mounts/<id>/daemon.json and
 // the daemon's status socket), restarts a daemon that died at the same
 // mountpoint, and stops a daemon when no active or view snapshot uses its
-// image any more.
+// image any more. A daemon is started when a pull has checked the image's
+// bootstrap (Config.Mount.StartOnPull), in the background, so the first
+// container finds its mount ready; one no container has used is kept for
+// that long and then stopped.
 package snapshotter

@@ -21,6 +21,9 @@ import (
 func (s *Snapshotter) commitRemote(ctx context.Context, key, parent string, r remoteLayer, kind string, labels map[string]string) error {
 	if kind == layerBootstrap {
 		if name, err := s.committed(ctx, r.target, parent); err != nil || name != "" {
+			if err == nil {
+				s.startPulled(r.manifest, r.repo)
+			}
 			return existsOr(r, err)
 		}
 		start := time.Now()
@@ -31,7 +34,11 @@ func (s *Snapshotter) commitRemote(ctx context.Context, key, parent string, r re
 		s.log.Info("RAFS image checked", "image", r.image(), "bootstrap", r.layer, "took", time.Since(start).Round(time.Millisecond))
 	}
 	labels = withLabels(labels, map[string]string{LabelLayer: kind, LabelManifest: r.manifest, LabelImage: r.repo})
-	return s.commitEmpty(ctx, key, parent, r, labels)
+	err := s.commitEmpty(ctx, key, parent, r, labels)
+	if kind == layerBootstrap && errdefs.IsAlreadyExists(err) {
+		s.startPulled(r.manifest, r.repo)
+	}
+	return err
 }
 
 // commitSibling commits the snapshot of a layer of an original image
@@ -52,6 +59,9 @@ func (s *Snapshotter) commitSibling(ctx context.Context, key, parent string, r r
 	more := map[string]string{LabelLayer: layerSource, LabelManifest: sib.manifest, LabelImage: r.repo, LabelSource: r.image()}
 	if i == len(sib.chain)-1 {
 		if name, err := s.committed(ctx, r.target, parent); err != nil || name != "" {
+			if err == nil {
+				s.startPulled(sib.manifest, r.repo)
+			}
 			return true, existsOr(r, err)
 		}
 		start := time.Now()
@@ -62,7 +72,11 @@ func (s *Snapshotter) commitSibling(ctx context.Context, key, parent string, r r
 		s.log.Info("RAFS image checked", "image", rafsImage, "for", r.image(), "took", time.Since(start).Round(time.Millisecond))
 		more = map[string]string{LabelLayer: layerBootstrap, LabelManifest: sib.manifest, LabelImage: r.repo}
 	}
-	return true, s.commitEmpty(ctx, key, parent, r, withLabels(labels, more))
+	err = s.commitEmpty(ctx, key, parent, r, withLabels(labels, more))
+	if more[LabelLayer] == layerBootstrap && errdefs.IsAlreadyExists(err) {
+		s.startPulled(sib.manifest, r.repo)
+	}
+	return true, err
 }
 
 // existsOr is the ErrAlreadyExists containerd takes as "done" for r's
@@ -121,4 +135,27 @@ func (s *Snapshotter) commitEmpty(ctx context.Context, key, parent string, r rem
 		return err
 	}
 	return exists
+}
+
+// startPulled starts the mount daemon of the image whose bootstrap layer
+// (manifest in repo, docker://HOST/REPO) a pull has just committed (StartOnPull), in the background: the pull
+// does not wait for it, and the first container finds the mount ready.
+// Until a container uses it, the daemon is kept StartOnPull after the
+// pull, then stopped by the periodic check. A failed start only costs
+// the first container the start it would have made anyway.
+func (s *Snapshotter) startPulled(manifest, repo string) {
+	if s.startOnPull <= 0 || !s.daemons.keepUntil(manifest, repo+"@"+manifest, time.Now().Add(s.startOnPull)) {
+		return
+	}
+	image := repo + "@" + manifest
+	s.bg.Go(func() {
+		start := time.Now()
+		if _, err := s.daemons.ensure(s.bgCtx, manifest, image); err != nil {
+			if s.bgCtx.Err() == nil {
+				s.log.Warn("mount daemon of a pulled image did not start; the first container starts it", "image", image, "err", err)
+			}
+			return
+		}
+		s.log.Info("mount daemon started for a pulled image", "image", image, "took", time.Since(start).Round(time.Millisecond), "kept_for", s.startOnPull)
+	})
 }

@@ -33,6 +33,13 @@ type Snapshotter struct {
 	options  []string // overlay options the kernel needs here
 	interval time.Duration
 
+	// startOnPull is Config.Mount.StartOnPull; bg counts the daemon
+	// starts it makes, which bgCtx cancels at Close.
+	startOnPull time.Duration
+	bg          sync.WaitGroup
+	bgCtx       context.Context
+	bgStop      context.CancelFunc
+
 	// users is held shared while a snapshot on a RAFS image is created
 	// or mounted (its daemon ensured, then the snapshot recorded), and
 	// exclusively while the daemons in use are worked out and the others
@@ -103,7 +110,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Snapshotter, error) {
 		return nil, err
 	}
 	s := &Snapshotter{Snapshotter: inner, root: cfg.Root, ms: ms, reg: opts.Registry,
-		daemons: newDaemons(cfg, opts.Credentials, opts.Logger), log: opts.Logger, interval: cfg.CheckInterval}
+		daemons: newDaemons(cfg, opts.Credentials, opts.Logger), log: opts.Logger, interval: cfg.CheckInterval,
+		startOnPull: cfg.Mount.StartOnPull}
+	s.bgCtx, s.bgStop = context.WithCancel(context.WithoutCancel(ctx))
 	// The options containerd's overlayfs snapshotter adds to its own
 	// overlay mounts, for the ones this one makes.
 	if userxattr, err := overlayutils.NeedsUserXAttr(cfg.Root); err == nil && userxattr {
@@ -282,6 +291,9 @@ func (s *Snapshotter) Mounts(ctx context.Context, key string) ([]mount.Mount, er
 // meanwhile. Under s.users, rafsMounts then finds it running (or starts
 // it again if it was stopped in between).
 func (s *Snapshotter) startDaemon(ctx context.Context, manifest, image string) error {
+	// In use from now on: no longer kept for a first container, but for
+	// as long as snapshots stand on it.
+	s.daemons.keepUntil(manifest, image+"@"+manifest, time.Time{})
 	if _, err := s.daemons.ensure(ctx, manifest, image+"@"+manifest); err != nil {
 		return fmt.Errorf("mount RAFS image %s: %w", image, err)
 	}
@@ -376,7 +388,7 @@ func (s *Snapshotter) Cleanup(ctx context.Context) error {
 }
 
 // syncDaemons stops the daemons of images no active or view snapshot
-// stands on, and with restart starts the ones in use that are not
+// stands on (unless kept for a first container after a pull), and with restart starts the ones in use that are not
 // running. Restarts happen outside s.users: a daemon that takes long to
 // come up (or fails to) must not hold up snapshots of other images.
 func (s *Snapshotter) syncDaemons(ctx context.Context, restart bool) error {
@@ -425,5 +437,7 @@ func (s *Snapshotter) inUse(ctx context.Context) (map[string]string, error) {
 // Close closes the metadata store. The mount daemons keep running, for
 // the containers that use them and the next snapshotter to adopt.
 func (s *Snapshotter) Close() error {
+	s.bgStop()
+	s.bg.Wait()
 	return s.Snapshotter.Close()
 }

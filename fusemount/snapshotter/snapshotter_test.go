@@ -144,6 +144,7 @@ func newTestSnapshotter(t *testing.T, root, fail string) *Snapshotter {
 	cfg.Root = root
 	cfg.MountTimeout = 10 * time.Second
 	cfg.StopTimeout = 5 * time.Second
+	cfg.Mount.StartOnPull = 0 // TestStartOnPull sets its own
 	s, err := New(t.Context(), cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -343,6 +344,73 @@ func TestRemoteSnapshots(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStartOnPull: with Mount.StartOnPull, the pull of a RAFS image
+// starts its daemon without waiting for it; the first container uses
+// that daemon, and from then on it lives while snapshots stand on it.
+// A pulled image no container uses has its daemon stopped once the
+// time is up, by the periodic check, and not before.
+func TestStartOnPull(t *testing.T) {
+	ti := pushTestImage(t)
+	root := filepath.Join(t.TempDir(), "r")
+	s := newTestSnapshotter(t, root, "")
+	defer s.Close()
+	ctx := t.Context()
+	s.startOnPull = time.Minute
+	top := unpack(t, s, ti.rafs, ti.digest, ti.layers)
+	pid := waitDaemon(t, s, ti.digest)
+
+	if _, err := s.Prepare(ctx, "ctr-1", top); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Daemons(); len(got) != 1 || got[ti.digest] != pid {
+		t.Fatalf("daemons %v after the first container, want the one the pull started (%d)", got, pid)
+	}
+	// Used by a container: its removal stops the daemon at once, the
+	// minute notwithstanding.
+	if err := s.Remove(ctx, "ctr-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Daemons(); len(got) != 0 {
+		t.Fatalf("daemons %v after the last container went, want none", got)
+	}
+	waitGone(t, pid)
+
+	// Pulled again, never used: kept through checks within the time,
+	// stopped by the first check after it.
+	s.startOnPull = time.Second
+	unpack(t, s, ti.rafs, ti.digest, ti.layers)
+	pid = waitDaemon(t, s, ti.digest)
+	if err := s.syncDaemons(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Daemons(); got[ti.digest] != pid {
+		t.Fatalf("daemons %v right after the pull, want %d kept for a first container", got, pid)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if err := s.syncDaemons(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Daemons(); len(got) != 0 {
+		t.Errorf("daemons %v after StartOnPull passed with no container, want none", got)
+	}
+	waitGone(t, pid)
+}
+
+// waitDaemon waits for the daemon of manifest to run and returns its pid.
+func waitDaemon(t *testing.T, s *Snapshotter, manifest string) int {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if pid := s.Daemons()[manifest]; pid != 0 {
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no daemon for %s within 15s of the pull", manifest)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
