@@ -140,6 +140,7 @@ func openSiblingSnapshotter(t *testing.T, reg Registry, root string) *Snapshotte
 	cfg.Root = root
 	cfg.MountTimeout = 10 * time.Second
 	cfg.StopTimeout = 5 * time.Second
+	cfg.Mount.StartOnPull = 0 // TestSiblingStartsOnPull sets its own
 	s, err := New(t.Context(), cfg, Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -258,6 +259,30 @@ func TestSiblingServesIndexImage(t *testing.T) {
 	if got := s.Daemons(); len(got) != 0 {
 		t.Errorf("daemons %v after the container went, want none", got)
 	}
+}
+
+// TestSiblingStartsOnPull: the pull of an original image its RAFS
+// sibling serves starts the sibling's daemon (Mount.StartOnPull), which
+// the first container then uses.
+func TestSiblingStartsOnPull(t *testing.T) {
+	sc := newSiblingScene(t)
+	s := newSiblingSnapshotter(t, sc.reg)
+	s.startOnPull = time.Minute
+	top := sc.unpackSibling(t, s)
+	pid := waitDaemon(t, s, sc.rafs)
+	if _, err := s.Prepare(t.Context(), "ctr", top); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Daemons(); len(got) != 1 || got[sc.rafs] != pid {
+		t.Fatalf("daemons %v after the first container, want the sibling's the pull started (%d)", got, pid)
+	}
+	if err := s.Remove(t.Context(), "ctr"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Daemons(); len(got) != 0 {
+		t.Errorf("daemons %v after the container went, want none", got)
+	}
+	waitGone(t, pid)
 }
 
 // TestSiblingFallback: whatever does not prove a RAFS sibling leaves
