@@ -180,9 +180,15 @@ func (f *rafsFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, o
 	in, err := f.b.Lookup(rafs.Ino(h.NodeId), name)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			// A negative entry may be cached as long as a positive one.
+			// A negative entry, cached as long as a positive one: the
+			// kernel keeps one only from a successful reply with node
+			// ID 0 (an ENOENT reply leaves it to ask again at every
+			// stat, open or exec of the name), and tells the caller
+			// ENOENT itself. Dynamic loaders and interpreters probe
+			// many names that do not exist, over and over.
 			out.NodeId = 0
 			out.SetEntryTimeout(f.timeout)
+			return fuse.OK
 		}
 		return errno(err)
 	}
