@@ -144,7 +144,8 @@ func (s *Snapshotter) commitEmpty(ctx context.Context, key, parent string, r rem
 // pull, then stopped by the periodic check. A failed start only costs
 // the first container the start it would have made anyway.
 func (s *Snapshotter) startPulled(manifest, repo string) {
-	if s.startOnPull <= 0 || !s.daemons.keepUntil(manifest, repo+"@"+manifest, time.Now().Add(s.startOnPull)) {
+	keep := s.startOnPull
+	if keep <= 0 || !s.daemons.keepUntil(manifest, repo+"@"+manifest, time.Now().Add(keep)) {
 		return
 	}
 	image := repo + "@" + manifest
@@ -156,6 +157,6 @@ func (s *Snapshotter) startPulled(manifest, repo string) {
 			}
 			return
 		}
-		s.log.Info("mount daemon started for a pulled image", "image", image, "took", time.Since(start).Round(time.Millisecond), "kept_for", s.startOnPull)
+		s.log.Info("mount daemon started for a pulled image", "image", image, "took", time.Since(start).Round(time.Millisecond), "kept_for", keep)
 	})
 }
