@@ -223,6 +223,7 @@ func (s *Snapshotter) classify(ctx context.Context, r remoteLayer) (string, erro
 // from alt, the image being unpacked, if not "".
 func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, parent, alt string, opts []snapshots.Opt) ([]mount.Mount, error) {
 	onRAFS := false
+	var manifest, image string
 	if parent != "" {
 		chain, err := s.chain(ctx, parent)
 		if err != nil {
@@ -233,7 +234,6 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 		if err := s.fillSources(ctx, chain, alt); err != nil {
 			return nil, fmt.Errorf("snapshot %s: %w", key, err)
 		}
-		var manifest, image string
 		manifest, image, _, onRAFS = rafsImage(chain)
 		if onRAFS {
 			if err := s.startDaemon(ctx, manifest, image); err != nil {
@@ -263,6 +263,7 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 		}
 		return nil, err
 	}
+	s.inUseNow(manifest, image)
 	return m, nil
 }
 
@@ -282,7 +283,22 @@ func (s *Snapshotter) Mounts(ctx context.Context, key string) ([]mount.Mount, er
 	}
 	s.users.RLock()
 	defer s.users.RUnlock()
-	return s.rafsMounts(ctx, key)
+	m, err := s.rafsMounts(ctx, key)
+	if err == nil {
+		s.inUseNow(manifest, image)
+	}
+	return m, err
+}
+
+// startGrace is how long a daemon started for a snapshot is kept before
+// the snapshot is recorded (startDaemon).
+const startGrace = time.Minute
+
+// inUseNow ends the grace startDaemon gave the image's daemon, and the time
+// a pull kept it for (StartOnPull): from now on it lives while snapshots
+// stand on it.
+func (s *Snapshotter) inUseNow(manifest, image string) {
+	s.daemons.keepUntil(manifest, image+"@"+manifest, time.Time{})
 }
 
 // startDaemon starts the image's daemon if it is not running, before
@@ -290,10 +306,14 @@ func (s *Snapshotter) Mounts(ctx context.Context, key string) ([]mount.Mount, er
 // and a waiting syncDaemons would hold up every snapshot on a RAFS image
 // meanwhile. Under s.users, rafsMounts then finds it running (or starts
 // it again if it was stopped in between).
+//
+// Until the snapshot that needs it is recorded, the daemon is kept
+// (startGrace) whether or not snapshots use it yet: a sync between this
+// start and that record would otherwise stop it, and rafsMounts start
+// it again. The caller ends the grace with inUse once the snapshot is
+// recorded.
 func (s *Snapshotter) startDaemon(ctx context.Context, manifest, image string) error {
-	// In use from now on: no longer kept for a first container, but for
-	// as long as snapshots stand on it.
-	s.daemons.keepUntil(manifest, image+"@"+manifest, time.Time{})
+	s.daemons.keepUntil(manifest, image+"@"+manifest, time.Now().Add(startGrace))
 	if _, err := s.daemons.ensure(ctx, manifest, image+"@"+manifest); err != nil {
 		return fmt.Errorf("mount RAFS image %s: %w", image, err)
 	}
