@@ -28,45 +28,21 @@ func requireContainerd(t *testing.T) {
 	}
 }
 
-// containerd is one containerd daemon, a real process with its own root,
-// state directory and socket, and the hosts directory its pulls use. Its
-// plugins are the ones ctr's pull and run need: no CRI (ctr does not use
-// it: the hosts directory is given to each pull with --hosts-dir, which
-// is what CRI's registry.config_path does for the kubelet's pulls), and
-// the overlayfs snapshotter.
+// containerd is one containerd daemon (harness.StartContainerd), a real
+// process with its own root, state directory and socket, and the hosts
+// directory its pulls use. Unless a test asks for more, its plugins are
+// the ones ctr's pull and run need: no CRI (ctr does not use it: the
+// hosts directory is given to each pull with --hosts-dir, which is what
+// CRI's registry.config_path does for the kubelet's pulls), and the
+// overlayfs snapshotter.
 type containerd struct {
 	t       *testing.T
 	name    string
-	dir     string // root, state, socket and log
-	sock    string
+	d       *harness.Containerd
 	hosts   string
-	p       *harness.Proc
 	ran     []string // IDs of the containers run, removed at stop if left
 	stopped bool
 }
-
-// containerdConfig is config.toml: version 2, root, state, socket, and
-// the plugins the test does not need disabled.
-const containerdConfig = `version = 2
-root = %q
-state = %q
-disabled_plugins = [
-  "io.containerd.grpc.v1.cri",
-  "io.containerd.internal.v1.opt",
-  "io.containerd.internal.v1.tracing",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-]
-
-[grpc]
-  address = %q
-
-[ttrpc]
-  address = %q
-`
 
 // startContainerd starts a containerd whose pulls use the hosts directory
 // hosts, and waits until it answers. It is stopped in t.Cleanup: its
@@ -74,46 +50,21 @@ disabled_plugins = [
 // directory unmounted before t.TempDir removes it.
 func startContainerd(t *testing.T, name, hosts string) *containerd {
 	t.Helper()
-	return startContainerdWith(t, name, hosts, "")
+	return startContainerdWith(t, name, hosts, harness.ContainerdConfig{})
 }
 
-// startContainerdWith is startContainerd with more of config.toml (TOML
-// tables) after the test's own.
-func startContainerdWith(t *testing.T, name, hosts, extra string) *containerd {
+// startContainerdWith is startContainerd with cfg's plugins, socket and
+// extra TOML; its Name and Dir are the test's.
+func startContainerdWith(t *testing.T, name, hosts string, cfg harness.ContainerdConfig) *containerd {
 	t.Helper()
-	return startContainerdConfig(t, name, hosts, func(dir string) (string, string) {
-		sock := filepath.Join(dir, "containerd.sock")
-		return fmt.Sprintf(containerdConfig, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc") + extra, sock
-	})
-}
-
-// startContainerdConfig is startContainerd with the whole config.toml
-// and the socket it names that config(dir) returns, dir being the
-// instance's directory.
-func startContainerdConfig(t *testing.T, name, hosts string, config func(dir string) (body, sock string)) *containerd {
-	t.Helper()
-	dir := t.TempDir()
-	body, sock := config(dir)
-	c := &containerd{t: t, name: name, dir: dir, sock: sock, hosts: hosts}
-	cfg := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p, err := harness.Start(harness.ProcConfig{Name: "containerd-" + name, LogDir: dir, Path: "containerd", Args: []string{"--config", cfg}})
+	cfg.Name, cfg.Dir = "containerd-"+name, t.TempDir()
+	d, err := harness.StartContainerd(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.p = p
+	c := &containerd{t: t, name: name, d: d, hosts: hosts}
 	t.Cleanup(c.stop)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := c.ctr(5*time.Second, "version"); err == nil {
-			return c
-		} else if p.Exited() || time.Now().After(deadline) {
-			t.Fatalf("containerd %s does not answer: %v", name, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return c
 }
 
 // ctr runs `ctr --address SOCK ARGS...` for at most timeout and returns
@@ -121,7 +72,7 @@ func startContainerdConfig(t *testing.T, name, hosts string, config func(dir str
 func (c *containerd) ctr(timeout time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.sock}, args...)...)
+	cmd := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.d.Socket()}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -153,18 +104,18 @@ func (c *containerd) stop() {
 		return
 	}
 	c.stopped = true
-	if !c.p.Exited() {
+	if !c.d.Proc().Exited() {
 		for _, id := range c.ran {
 			// Best effort: a container --rm removed is not found.
 			c.ctr(10*time.Second, "tasks", "rm", "-f", id)
 			c.ctr(10*time.Second, "containers", "rm", id)
 		}
 	}
-	stopOrFail(c.t, c.p)
-	if left := unmountUnder(c.t, c.dir); len(left) > 0 {
+	stopOrFail(c.t, c.d.Proc())
+	if left := unmountUnder(c.t, c.d.Dir()); len(left) > 0 {
 		c.t.Errorf("containerd %s left mounted: %s", c.name, strings.Join(left, ", "))
 	}
-	showLog(c.t, c.p)
+	showLog(c.t, c.d.Proc())
 }
 
 // unmountUnder unmounts (lazily, deepest first) every mount below dir and

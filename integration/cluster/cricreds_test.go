@@ -12,45 +12,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"damselfly/integration/harness"
 )
-
-// containerdCRIConfig is containerdConfig with containerd's CRI plugin
-// on: its pulls go to the damselfly snapshotter with the remote-snapshot
-// annotations, as configs/containerd/config.toml sets them for the
-// kubelet. No CNI is installed: the plugin serves image calls without.
-const containerdCRIConfig = `version = 2
-root = %q
-state = %q
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.internal.v1.tracing",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-]
-
-[grpc]
-  address = %q
-
-[ttrpc]
-  address = %q
-
-[proxy_plugins]
-  [proxy_plugins.damselfly]
-    type = "snapshot"
-    address = %q
-
-[plugins."io.containerd.grpc.v1.cri"]
-  disable_tcp_service = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "damselfly"
-    disable_snapshot_annotations = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    conf_dir = %q
-    bin_dir = %q
-`
 
 // Scenario (issue 22, item 4): a private RAFS image, and a node whose
 // docker config has no credentials for it. The kubelet's pulls go to the
@@ -79,10 +43,11 @@ func TestSnapshotterCRICredentials(t *testing.T) {
 	if line, err := sn.p.LogLine("cri image service "); err != nil || line == "" {
 		t.Fatalf("the snapshotter did not say it serves the CRI ImageService (%v)", err)
 	}
-	ctrd := startContainerdConfig(t, "cri", "", func(dir string) (string, string) {
-		return fmt.Sprintf(containerdCRIConfig, filepath.Join(dir, "root"), filepath.Join(dir, "state"), ctrdSock, ctrdSock+".ttrpc", sn.sock,
-			filepath.Join(dir, "cni"), filepath.Join(dir, "cni-bin")), ctrdSock
-	})
+	// containerd's CRI plugin pulls into the damselfly snapshotter with
+	// the remote-snapshot annotations, as configs/containerd/config.toml
+	// sets it for the kubelet.
+	ctrd := startContainerdWith(t, "cri", "", harness.ContainerdConfig{Socket: ctrdSock,
+		Snapshotters: map[string]string{"damselfly": sn.sock}, CRI: true, CRISnapshotter: "damselfly"})
 
 	conn, err := grpc.NewClient("unix://"+criSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/image-spec/identity"
 
 	"damselfly/fusemount/snapshotter"
+	"damselfly/integration/harness"
 )
 
 // Scenario (issue 22): a `convert --index` image pulled by its index tag
@@ -34,12 +35,7 @@ func TestSnapshotterServesIndexBySibling(t *testing.T) {
 	n := c.addNode("a", "")
 	im := pushLazy(t, c.reg)
 	sn := startSnapshotter(t, n)
-	ctrd := startContainerdWith(t, "sn", t.TempDir(), fmt.Sprintf(`
-[proxy_plugins]
-  [proxy_plugins.damselfly]
-    type = "snapshot"
-    address = %q
-`, sn.sock))
+	ctrd := startContainerdWith(t, "sn", t.TempDir(), harness.ContainerdConfig{Snapshotters: map[string]string{"damselfly": sn.sock}})
 	cl := newCtrdClient(t, ctrd)
 
 	idxRef := c.reg.host + "/" + im.repo + ":idx"

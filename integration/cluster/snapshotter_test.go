@@ -36,6 +36,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"damselfly/integration/harness"
 	"damselfly/rafs"
 	"damselfly/rafs/convert"
 	"damselfly/rafs/rafstest"
@@ -327,7 +328,7 @@ func newCtrdClient(t *testing.T, d *containerd) *ctrdClient {
 // snapshotter about layers another namespace already has.
 func newCtrdClientIn(t *testing.T, d *containerd, ns string) *ctrdClient {
 	t.Helper()
-	c, err := ctrdclient.New(d.sock, ctrdclient.WithTimeout(10*time.Second))
+	c, err := d.d.Client(t.Context(), ctrdclient.WithTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -647,15 +648,12 @@ func TestSnapshotterRunsRAFSLazily(t *testing.T) {
 	n := c.addNode("a", "")
 	im := pushLazy(t, c.reg)
 	sn := startSnapshotter(t, n)
-	ctrd := startContainerdWith(t, "sn", t.TempDir(), fmt.Sprintf(`
-[proxy_plugins]
-  [proxy_plugins.damselfly]
-    type = "snapshot"
-    address = %q
-
+	ctrd := startContainerdWith(t, "sn", t.TempDir(), harness.ContainerdConfig{
+		Snapshotters: map[string]string{"damselfly": sn.sock},
+		Extra: `
 [plugins."io.containerd.gc.v1.scheduler"]
   deletion_threshold = 1
-`, sn.sock))
+`})
 	cl := newCtrdClient(t, ctrd)
 
 	// Pull the RAFS image lazily.

@@ -37,6 +37,11 @@
 //     sweeps the namespaces of Nets whose process died (each live Net
 //     holds a flock on /run/damselfly-netns/ID.lock). Nets need root,
 //     ip, tc and nsenter.
+//   - containerd.go runs a containerd of its own (StartContainerd):
+//     root, state, socket and config.toml under one directory, the
+//     plugins the tests and benchmarks need (proxy snapshotters, CRI on
+//     or off), a bounded wait until it answers on its socket, and
+//     containerd's v2 client on that socket (Containerd.Client).
 //   - mount.go waits for a mount daemon's FUSE mount to come up
 //     (WaitMounted) and unmounts it, waiting for the daemon to exit as it
 //     must when its mountpoint goes (Unmount).

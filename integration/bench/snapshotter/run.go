@@ -48,35 +48,6 @@ type runResult struct {
 	MountDaemons int `json:"mount_daemons,omitempty"`
 }
 
-// containerdConfig is config.toml: version 2, root, state, socket, the
-// damselfly proxy plugin, and the plugins the run does not need
-// disabled (CRI among them: the client library pulls as CRI does).
-const containerdConfig = `version = 2
-root = %q
-state = %q
-disabled_plugins = [
-  "io.containerd.grpc.v1.cri",
-  "io.containerd.internal.v1.opt",
-  "io.containerd.internal.v1.tracing",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-]
-
-[grpc]
-  address = %q
-
-[ttrpc]
-  address = %q
-
-[proxy_plugins]
-  [proxy_plugins.damselfly]
-    type = "snapshot"
-    address = %q
-`
-
 // run starts a shaper to the registry on link, a fresh snapshotter (rafs
 // mode) and containerd, pulls and starts the container, and stops
 // everything again.
@@ -124,12 +95,8 @@ func (h *rig) run(ctx context.Context, name, link, mode string) (_ *runResult, e
 	}
 	defer h.stopSnapshotter(sn, snRoot)
 
-	ctrdSock := filepath.Join(dir, "containerd.sock")
-	cfg := filepath.Join(dir, "containerd.toml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, containerdConfig, filepath.Join(dir, "root"), filepath.Join(dir, "state"), ctrdSock, ctrdSock+".ttrpc", snSock), 0o600); err != nil {
-		return nil, err
-	}
-	ctrd, err := harness.Start(harness.ProcConfig{Name: "containerd", LogDir: dir, Path: "containerd", Args: []string{"--config", cfg}})
+	// CRI is off: the client library pulls as CRI does.
+	ctrd, err := harness.StartContainerd(ctx, harness.ContainerdConfig{Name: "containerd", Dir: dir, Snapshotters: map[string]string{"damselfly": snSock}})
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +105,7 @@ func (h *rig) run(ctx context.Context, name, link, mode string) (_ *runResult, e
 			err = fmt.Errorf("stop containerd: %w", serr)
 		}
 	}()
-	cl, err := connect(ctx, ctrd, ctrdSock)
+	cl, err := ctrd.Client(ctx, ctrdclient.WithTimeout(5*time.Second))
 	if err != nil {
 		return nil, err
 	}
@@ -240,28 +207,6 @@ func keepDaemons(root, dir string) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		os.WriteFile(filepath.Join(dir, "mount-"+e.Name()+".metrics"), b, 0o644)
-	}
-}
-
-// connect waits for containerd to answer on sock.
-func connect(ctx context.Context, p *harness.Proc, sock string) (*ctrdclient.Client, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		cl, err := ctrdclient.New(sock, ctrdclient.WithTimeout(5*time.Second))
-		if err == nil {
-			if _, err = cl.Version(ctx); err == nil {
-				return cl, nil
-			}
-			cl.Close()
-		}
-		if p.Exited() || time.Now().After(deadline) {
-			return nil, fmt.Errorf("containerd does not answer: %w\n%s", err, p.LogTail(2000))
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
 	}
 }
 
