@@ -38,6 +38,11 @@
 //   - hedge.go: a parent that delivers nothing for HedgeDelay has its
 //     chunks asked for again where the Router (through decide) now says;
 //     the first verified copy wins.
+//   - claim.go: Claim, a fetch its caller makes itself (a plain pull's
+//     pieces assigned to one parent) held as the engine's flights, so
+//     that a read of the same chunk waits for it instead of fetching it
+//     again; what it does not bring, or brings nothing of for HedgeDelay,
+//     goes to the engine's own fetch for the reads waiting on it.
 //   - origin.go: ranged GETs to the origin, adjacent chunks merged into
 //     runs by rafs/runs (Merge), each chunk verified as soon as its bytes
 //     are in.

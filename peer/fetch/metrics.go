@@ -29,6 +29,7 @@ type Stats struct {
 	HoldingsDropped                       int64 // held chunks found gone and dropped (told the Router)
 	StrayTurns                            int64 // origin turns given back for chunks that had come another way
 	LivePeerBytes                         int64 // stored bytes of plain pieces live pulls fetched from peers (then delivered from the cache)
+	ClaimHandovers                        int64 // chunks of a claimed fetch (Engine.Claim) that stalled or failed, handed to the engine's own fetch
 }
 
 // Metrics holds the counters of an engine and of the node around it
@@ -44,6 +45,7 @@ type Metrics struct {
 	failures          atomic.Int64
 	badPeers          atomic.Int64
 	collapsed         atomic.Int64
+	claimHandovers    atomic.Int64
 	hedges            atomic.Int64
 	slowPeers         atomic.Int64
 	duplicateBytes    atomic.Int64
@@ -213,5 +215,6 @@ func (m *Metrics) Stats() Stats {
 		DuplicateBytes:    m.duplicateBytes.Load(),
 		HoldingsDropped:   m.holdingsDropped.Load(),
 		StrayTurns:        m.strayTurnsGiven.Load(),
+		ClaimHandovers:    m.claimHandovers.Load(),
 	}
 }

@@ -362,7 +362,7 @@ func (s *Source) resolveRound(ctx context.Context, up registry.Ref, lv *live, wa
 			}
 			s.eng.Learn(key, p.Info, p.Chunks)
 			s.learnFrom(ctx, lv, p.Info, p.Chunks)
-			if s.fetchAssigned(ctx, lv, p) > 0 {
+			if s.fetchAssigned(ctx, up, lv, p) > 0 {
 				progress = true
 			}
 		}
@@ -422,7 +422,13 @@ func (s *Source) learnFrom(ctx context.Context, lv *live, p lpeer.AddrInfo, piec
 // holds and announces them, and reports the assignment (which also frees
 // p for others: an assignment left unreported keeps a parent full). It
 // returns how many pieces arrived.
-func (s *Source) fetchAssigned(ctx context.Context, lv *live, p route.Parent) int {
+//
+// The pieces are fetched as the engine's flights (fetch.Engine.Claim),
+// keyed as a read of them by up would be: a read of one meanwhile waits
+// for this fetch, and a piece a read is fetching already is not asked of
+// p; pieces that do not come are fetched by the engine for the reads
+// waiting on them.
+func (s *Source) fetchAssigned(ctx context.Context, up registry.Ref, lv *live, p route.Parent) int {
 	key := Key(lv.t.Blob)
 	var cs []rafs.Chunk
 	lv.mu.Lock()
@@ -434,11 +440,19 @@ func (s *Source) fetchAssigned(ctx context.Context, lv *live, p route.Parent) in
 		}
 	}
 	lv.mu.Unlock()
+	cl := s.eng.Claim(up, key, lv.t.Blob, cs)
+	defer cl.Release()
+	cs = cl.Chunks()
 	if len(cs) == 0 {
-		// p's table named none of them (it could not be had): nothing
-		// was asked of p, so there is nothing to report of it; the
-		// assignment lapses at the scheduler.
+		// p's table named none of them (it could not be had), or reads
+		// are fetching them all: nothing was asked of p, so there is
+		// nothing to report of it; the assignment lapses at the
+		// scheduler.
 		return 0
+	}
+	asked := make(map[uint32]rafs.Chunk, len(cs))
+	for _, c := range cs {
+		asked[c.Ordinal] = c
 	}
 	start := time.Now()
 	// The outcome is of the pieces asked for: a piece whose digest p's
@@ -454,14 +468,20 @@ func (s *Source) fetchAssigned(ctx context.Context, lv *live, p route.Parent) in
 		batch := cs[:max(n, 1)]
 		cs = cs[len(batch):]
 		pctx, cancel := context.WithTimeout(ctx, s.parentTimeout)
-		res, err := exchange.Fetch(pctx, s.h, p.Info.ID, key, batch, func(c rafs.Chunk, stored []byte) error {
+		res, err := exchange.FetchWatched(pctx, s.h, p.Info.ID, key, batch, func(c rafs.Chunk, stored []byte) error {
 			if err := s.cache.PutChunk(c, stored); err != nil {
 				return err
 			}
 			s.hold.Hold(key, c.Ordinal, cache.SHA256(c.Digest))
+			// Announced before the reads waiting on it go on, as the
+			// engine's own fetches do.
+			s.router.Announce(key, []uint32{c.Ordinal})
 			got = append(got, c.Ordinal)
+			if a, ok := asked[c.Ordinal]; ok {
+				cl.Kept(a, c, stored)
+			}
 			return nil
-		})
+		}, func(int) { cl.Progress() })
 		cancel()
 		o.Bytes += res.Bytes
 		for _, c := range res.Missing {
@@ -490,7 +510,6 @@ func (s *Source) fetchAssigned(ctx context.Context, lv *live, p route.Parent) in
 		s.eng.AvoidBad(p.Info.ID)
 	}
 	if len(got) > 0 {
-		s.router.Announce(key, got)
 		s.m.PeerRead(int(o.Bytes))
 	}
 	return len(got)
