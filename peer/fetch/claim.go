@@ -29,11 +29,11 @@ type Claimed struct {
 	ctx      context.Context
 	src      sourceKey
 	lead     map[flightKey]wanted // the flights the caller leads, not yet kept
-	chunks   []rafs.Chunk      // the chunks of lead, in the order asked
-	refs     []*chunkFlight    // the references to give back
-	handed   bool              // the flights not kept went to the engine
+	chunks   []rafs.Chunk         // the chunks of lead, in the order asked
+	refs     []*chunkFlight       // the references to give back
+	handed   bool                 // the flights not kept went to the engine
 	released bool
-	stall    *time.Timer       // hands them over when the caller's fetch stalls
+	stall    *time.Timer // hands them over when the caller's fetch stalls
 }
 
 // Claim takes the flights of cs, named blob (the Router's and the
