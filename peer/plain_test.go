@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	lpeer "github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"damselfly/peer/exchange"
@@ -230,6 +231,44 @@ func TestPlainBlobGoesP2P(t *testing.T) {
 	other := randBytes(42, 3000)
 	od := reg.push(t, "test/plain", other)
 	b.mustGet(t, "test/plain", od, "bytes=10-19", other[10:20], http.StatusPartialContent)
+}
+
+// Scenario: the registry and the scheduler are down, and node B, which
+// never pulled the blob nor heard of its holders, is connected to A,
+// which holds it: B's mirror serves the blob from A's pieces (the table
+// from a peer it is connected to), not a 502 from the failed pass-through.
+func TestPlainBlobFromConnectedPeerInOutage(t *testing.T) {
+	t.Parallel()
+	key, st, reg := clusterKey(t), newScheduler(t), newPlainRegistry(t)
+	data := randBytes(43, 5*piece.MinSize+77)
+	blob := reg.push(t, "test/plain", data)
+	a := newMirrorNode(t, key, st, reg, nil)
+	b := newMirrorNode(t, key, st, reg, nil)
+	a.mustGet(t, "test/plain", blob, "", data, http.StatusOK)
+	// B's mirror has asked the registry about the blob for this client
+	// (a HEAD, as clients send before a GET): the verdict that lets it
+	// serve the blob to the client through the outage (auth_stale).
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodHead, b.url+"/v2/test/plain/blobs/"+blob.String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("HEAD of the blob through B: %d", resp.StatusCode)
+	}
+	reg.srv.Close()
+	b.router.down.Store(true)
+	if err := b.h.Connect(t.Context(), lpeer.AddrInfo{ID: a.h.ID(), Addrs: a.h.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	b.mustGet(t, "test/plain", blob, "", data, http.StatusOK)
+	if s := b.Stats(); s.PeerBytes != int64(len(data)) {
+		t.Errorf("B got %d bytes from peers, want %d", s.PeerBytes, len(data))
+	}
 }
 
 // flipPieces serves a cache with one byte flipped in the pieces it names.

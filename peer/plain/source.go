@@ -192,6 +192,10 @@ func (s *Source) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Dige
 		if lv := s.startLive(ctx, up, blob, true, nil, ""); lv != nil {
 			return lv.t, false
 		}
+		if t := s.tableFromConnected(ctx, blob, nil); t != nil {
+			s.router.Abandon(key, rt.Origin)
+			return t, false
+		}
 		s.tables.setTurn(blob)
 		return nil, false
 	case len(rt.Parents) == 0:
@@ -199,7 +203,7 @@ func (s *Source) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Dige
 		if lv := s.startLive(ctx, up, blob, false, nil, ""); lv != nil {
 			return lv.t, false
 		}
-		return nil, false
+		return s.tableFromConnected(ctx, blob, nil), false
 	default:
 		assigned = true
 		for _, p := range rt.Parents {
@@ -248,7 +252,58 @@ func (s *Source) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Dige
 	if lv := s.startLive(ctx, up, blob, false, nil, ""); lv != nil {
 		return lv.t, false
 	}
-	return nil, false
+	asked := make(map[lpeer.ID]bool, len(cands))
+	for _, p := range cands {
+		asked[p.ID] = true
+	}
+	return s.tableFromConnected(ctx, blob, asked), false
+}
+
+// tableFromConnected asks the peers this node is connected to (not those
+// in asked, at most maxTableSources) for a complete table of blob, and
+// returns the first, pending its check like a holder's. It is the last
+// try before the blob passes through to the origin, made when no live
+// pull can be made either, which is when the origin cannot be reached
+// (no size): a node that joined during an outage, or whose scheduler has
+// not caught up, still finds the blob at the peers that hold it. nil if
+// none has it.
+func (s *Source) tableFromConnected(ctx context.Context, blob rafs.Digest, asked map[lpeer.ID]bool) *piece.Table {
+	n := 0
+	for _, id := range s.h.Network().Peers() {
+		if n == maxTableSources || ctx.Err() != nil {
+			break
+		}
+		if id == s.h.ID() || asked[id] || s.eng.Avoided(id) {
+			continue
+		}
+		if ok, err := s.h.Peerstore().SupportsProtocols(id, exchange.TableProtocolID); err != nil || len(ok) == 0 {
+			continue
+		}
+		n++
+		t, err := exchange.FetchTable(ctx, s.h, id, blob)
+		if err != nil {
+			if errors.Is(err, exchange.ErrProtocol) {
+				s.eng.AvoidBad(id)
+				s.m.BadPeer()
+				s.log.Warn("peer sent a broken piece table; avoiding it", "peer", id, "blob", blob, "err", err)
+			}
+			continue
+		}
+		if !t.Complete() {
+			continue
+		}
+		s.log.Info("plain blob: piece table from a connected peer, as nothing else could serve it", "peer", id, "blob", blob)
+		s.tables.setPending(blob, tableSource{t: t, peer: id, at: time.Now()})
+		// Its pieces are likely there too: the engine asks it when no
+		// Router names parents (recent parents).
+		all := make([]uint32, t.Count())
+		for i := range all {
+			all[i] = uint32(i)
+		}
+		s.eng.Learn(Key(blob), lpeer.AddrInfo{ID: id}, all)
+		return t
+	}
+	return nil
 }
 
 // SettleTable implements proxy.BlobSource. A table that read the whole
