@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"golang.org/x/sys/unix"
 
 	"damselfly/rafs"
 )
@@ -103,38 +104,42 @@ func (fc *fileCopies) path(name string) string {
 }
 
 // Open opens the copy called name read-only if it is there with size
-// bytes. A copy of another size is deleted (a bad copy is never served)
-// and reported absent.
-func (fc *fileCopies) Open(name string, size uint64) (*os.File, bool) {
+// bytes, and returns its descriptor, which the caller closes. A copy of
+// another size is deleted (a bad copy is never served) and reported
+// absent. It opens with plain system calls: an os.File would register
+// the descriptor with Go's poller and unregister it again, a third of
+// the work of a passthrough OPEN.
+func (fc *fileCopies) Open(name string, size uint64) (int, bool) {
 	p := fc.path(name)
-	f, err := os.Open(p)
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
+		if !errors.Is(err, unix.ENOENT) {
 			fc.log.Warn("file copy unreadable; reading through the chunks", "copy", p, "err", err)
 		}
 		fc.forget(name)
-		return nil, false
+		return -1, false
 	}
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() || uint64(st.Size()) != size {
-		f.Close()
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) != size {
+		unix.Close(fd)
 		got := int64(-1)
 		if err == nil {
-			got = st.Size()
+			got = st.Size
 		}
 		fc.log.Warn("file copy damaged; deleting it", "copy", p, "size", got, "want", size)
 		os.Remove(p)
 		fc.forget(name)
-		return nil, false
+		return -1, false
 	}
 	fc.mu.Lock()
 	if _, ok := fc.lru.Get(name); !ok {
 		// Put by another daemon sharing the directory.
-		fc.lru.Add(name, st.Size())
-		fc.bytes += st.Size()
+		fc.lru.Add(name, st.Size)
+		fc.bytes += st.Size
 	}
 	fc.mu.Unlock()
-	return f, true
+	return fd, true
 }
 
 // Has reports whether this process knows of a copy called name.

@@ -64,8 +64,13 @@ type passthrough struct {
 	mu     sync.Mutex
 	inodes map[rafs.Ino]*inodeIO
 
-	fillq   chan rafs.Inode
-	pending sync.Map // rafs.Ino -> struct{}: queued or being filled
+	// The files waiting for a copy, in order, each at most once (so at
+	// most one per inode of the image); wake has a token while it is not
+	// empty.
+	qmu     sync.Mutex
+	queue   []rafs.Inode
+	pending map[rafs.Ino]bool // queued or being filled
+	wake    chan struct{}
 	ctx     context.Context
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
@@ -79,14 +84,10 @@ type inodeIO struct {
 	id     int32 // valid while pass > 0
 }
 
-// fillQueue bounds the files waiting for their copy; past it a fill is
-// dropped, and the file's next close queues it again.
-const fillQueue = 4096
-
 func newPassthrough(b *rafs.Bootstrap, copies *fileCopies, local localChunks, m *Metrics, log *slog.Logger) *passthrough {
 	ctx, stop := context.WithCancel(context.Background())
 	p := &passthrough{b: b, copies: copies, local: local, m: m, log: log, inodes: map[rafs.Ino]*inodeIO{},
-		fillq: make(chan rafs.Inode, fillQueue), ctx: ctx, stop: stop}
+		pending: map[rafs.Ino]bool{}, wake: make(chan struct{}, 1), ctx: ctx, stop: stop}
 	p.wg.Add(1)
 	go p.filler()
 	return p
@@ -166,14 +167,14 @@ func (p *passthrough) register(in rafs.Inode) (int32, bool) {
 	if err != nil {
 		return 0, false
 	}
-	f, ok := p.copies.Open(name, in.Size)
+	fd, ok := p.copies.Open(name, in.Size)
 	if !ok {
 		return 0, false
 	}
 	// The kernel keeps its own reference to the file: this descriptor
 	// is not needed past the ioctl.
-	id, errno := p.reg.RegisterBackingFd(&fuse.BackingMap{Fd: int32(f.Fd())})
-	f.Close()
+	id, errno := p.reg.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
+	syscall.Close(fd)
 	if errno != 0 {
 		// EPERM (not privileged), ELOOP (the copies live on a stacked
 		// filesystem), EOPNOTSUPP: none gets better by trying again.
@@ -224,14 +225,30 @@ func (p *passthrough) release(in rafs.Inode, pass bool) {
 
 // queueFill asks the filler for a copy of in, unless one is queued.
 func (p *passthrough) queueFill(in rafs.Inode) {
-	if _, busy := p.pending.LoadOrStore(in.Ino, struct{}{}); busy {
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	if p.pending[in.Ino] {
 		return
 	}
+	p.pending[in.Ino] = true
+	p.queue = append(p.queue, in)
 	select {
-	case p.fillq <- in:
+	case p.wake <- struct{}{}:
 	default:
-		p.pending.Delete(in.Ino)
 	}
+}
+
+// next takes the first file off the queue.
+func (p *passthrough) next() (rafs.Inode, bool) {
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	if len(p.queue) == 0 {
+		p.queue = nil // let a long queue's array go
+		return rafs.Inode{}, false
+	}
+	in := p.queue[0]
+	p.queue = p.queue[1:]
+	return in, true
 }
 
 func (p *passthrough) filler() {
@@ -240,11 +257,19 @@ func (p *passthrough) filler() {
 		select {
 		case <-p.ctx.Done():
 			return
-		case in := <-p.fillq:
-			if err := p.fill(in); err != nil && !errors.Is(err, errNotLocal) {
+		case <-p.wake:
+		}
+		for p.ctx.Err() == nil {
+			in, ok := p.next()
+			if !ok {
+				break
+			}
+			if err := p.fill(in); err != nil && !errors.Is(err, errNotLocal) && p.ctx.Err() == nil {
 				p.log.Debug("file copy not written", "inode", in.Ino, "err", err)
 			}
-			p.pending.Delete(in.Ino)
+			p.qmu.Lock()
+			delete(p.pending, in.Ino)
+			p.qmu.Unlock()
 		}
 	}
 }

@@ -338,8 +338,8 @@ func TestFileCopiesCapacity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if f, ok := fc.Open(name(0), mib); ok { // 0 is now the most recent
-		f.Close()
+	if fd, ok := fc.Open(name(0), mib); ok { // 0 is now the most recent
+		syscall.Close(fd)
 	} else {
 		t.Fatal("copy 0 not found")
 	}
