@@ -110,6 +110,11 @@ func (p *passthrough) active() bool { return p != nil && p.reg != nil && !p.off.
 // returned backing ID, or (false) through the daemon. Every open must be
 // matched by one release with the same answer.
 func (p *passthrough) open(in rafs.Inode) (int32, bool) {
+	if in.Size == 0 {
+		// Nothing to read: the kernel sends no READ for an empty file,
+		// so a copy would only cost a lookup and two ioctls.
+		return 0, false
+	}
 	p.mu.Lock()
 	st := p.inodes[in.Ino]
 	switch {
@@ -196,6 +201,9 @@ func (p *passthrough) unregister(id int32) {
 // last handle opened through the daemon closes, the file's copy is
 // queued if it has none.
 func (p *passthrough) release(in rafs.Inode, pass bool) {
+	if in.Size == 0 {
+		return // open kept no count
+	}
 	p.mu.Lock()
 	st := p.inodes[in.Ino]
 	if st == nil {

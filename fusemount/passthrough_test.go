@@ -80,16 +80,25 @@ func readChecked(t *testing.T, path string, want []byte, what string) {
 	}
 }
 
-// mmapChecked maps f and compares the mapping with want.
+// mmapChecked maps f shared for reading, and private for execution as
+// ld.so maps a library, and compares both mappings with want.
 func mmapChecked(t *testing.T, f *os.File, want []byte, what string) {
 	t.Helper()
-	m, err := syscall.Mmap(int(f.Fd()), 0, len(want), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		t.Fatalf("%s: mmap: %v", what, err)
-	}
-	defer syscall.Munmap(m)
-	if !bytes.Equal(m, want) {
-		t.Fatalf("%s: mapped bytes differ from the image's", what)
+	for _, mode := range []struct {
+		prot, flags int
+	}{
+		{syscall.PROT_READ, syscall.MAP_SHARED},
+		{syscall.PROT_READ | syscall.PROT_EXEC, syscall.MAP_PRIVATE},
+	} {
+		m, err := syscall.Mmap(int(f.Fd()), 0, len(want), mode.prot, mode.flags)
+		if err != nil {
+			t.Fatalf("%s: mmap (prot %#x, flags %#x): %v", what, mode.prot, mode.flags, err)
+		}
+		same := bytes.Equal(m, want)
+		syscall.Munmap(m)
+		if !same {
+			t.Fatalf("%s: mapped bytes (prot %#x, flags %#x) differ from the image's", what, mode.prot, mode.flags)
+		}
 	}
 }
 
