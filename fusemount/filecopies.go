@@ -29,8 +29,13 @@ import (
 // regular files, one plain file each, which the kernel reads through
 // FUSE passthrough (passthrough.go). A copy is named by fileCopyName, a
 // digest of the file's chunk list, so hardlinks and identical files in
-// any image share one copy. Layout: DIR/<2 hex>/<64 hex>; temp files
-// start with a dot. Copies appear by rename, complete; Open checks the
+// any image share one copy. Layout: DIR/<64 hex>, one flat directory:
+// ext4 places the inodes of one directory's files together, in the
+// order they are made (the order files were first read), so a tree read
+// again finds its copies' inodes a few per disk block, as it finds the
+// files of an unpacked tree; hashed shard directories scattered them
+// over the disk and the warm read of a tree of small files waited on an
+// inode read per file. Temp files start with a dot. Copies appear by rename, complete; Open checks the
 // size; eviction unlinks the least recently opened copies beyond the
 // capacity (an open copy stays readable: the kernel holds it).
 //
@@ -100,7 +105,7 @@ func fileCopyName(b *rafs.Bootstrap, in rafs.Inode) (string, error) {
 }
 
 func (fc *fileCopies) path(name string) string {
-	return filepath.Join(fc.dir, name[:2], name)
+	return filepath.Join(fc.dir, name)
 }
 
 // Open opens the copy called name read-only if it is there with size
@@ -166,10 +171,10 @@ func (fc *fileCopies) Put(name string, size uint64, write func(io.Writer) error)
 		return errCopyTooBig
 	}
 	final := fc.path(name)
-	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
+	if err := os.MkdirAll(fc.dir, 0o700); err != nil { // deleted by hand
 		return err
 	}
-	tmp := filepath.Join(filepath.Dir(final), "."+name+"-"+strconv.FormatUint(rand.Uint64(), 36))
+	tmp := filepath.Join(fc.dir, "."+name+"-"+strconv.FormatUint(rand.Uint64(), 36))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
@@ -237,35 +242,26 @@ func (fc *fileCopies) scanLocked() error {
 		mtime time.Time
 	}
 	var all []found
-	shards, err := os.ReadDir(fc.dir)
+	ents, err := os.ReadDir(fc.dir)
 	if err != nil {
 		return err
 	}
-	for _, sh := range shards {
-		if !sh.IsDir() || !isShard(sh.Name()) {
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
-		ents, err := os.ReadDir(filepath.Join(fc.dir, sh.Name()))
-		if err != nil {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") {
+			if time.Since(fi.ModTime()) > copyTempMaxAge {
+				os.Remove(filepath.Join(fc.dir, n))
+			}
 			continue
 		}
-		for _, e := range ents {
-			fi, err := e.Info()
-			if err != nil || !fi.Mode().IsRegular() {
-				continue
-			}
-			n := e.Name()
-			if strings.HasPrefix(n, ".") {
-				if time.Since(fi.ModTime()) > copyTempMaxAge {
-					os.Remove(filepath.Join(fc.dir, sh.Name(), n))
-				}
-				continue
-			}
-			if len(n) != 64 || n[:2] != sh.Name() {
-				continue
-			}
-			all = append(all, found{n, fi.Size(), fi.ModTime()})
+		if !isCopyName(n) {
+			continue
 		}
+		all = append(all, found{n, fi.Size(), fi.ModTime()})
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].mtime.Before(all[j].mtime) })
 	known := fc.lru.Keys() // oldest first
@@ -301,12 +297,17 @@ func (fc *fileCopies) scanLocked() error {
 	return nil
 }
 
-func isShard(s string) bool {
-	if len(s) != 2 {
+// isCopyName reports whether s names a copy: 64 lower-case hex digits.
+func isCopyName(s string) bool {
+	if len(s) != 64 {
 		return false
 	}
-	_, err := hex.DecodeString(s)
-	return err == nil && strings.ToLower(s) == s
+	for i := range len(s) {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Stats returns the bytes and copies in the index, and the copies this
