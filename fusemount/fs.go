@@ -314,10 +314,12 @@ func (f *rafsFS) Init(s *fuse.Server) {
 }
 
 // passthroughOn reports whether opens go through pt: there are file
-// copies and the kernel was offered, and offers, FUSE passthrough.
+// copies, the kernel was offered, and offers, FUSE passthrough, and it
+// has not refused a backing file (a daemon without CAP_SYS_ADMIN): then
+// the daemon goes back to open-less reads at the next OPEN.
 func (f *rafsFS) passthroughOn() bool {
 	return f.pt != nil && f.server != nil && f.noCaps&fuse.CAP_PASSTHROUGH == 0 &&
-		f.server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0
+		f.server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0 && !f.pt.off.Load()
 }
 
 // kernelOpensLess reports whether the kernel supports open-less reads

@@ -58,8 +58,8 @@ type passthrough struct {
 	local  localChunks
 	m      *Metrics
 	log    *slog.Logger
-	reg    backingFiles // set once the kernel granted passthrough (rafsFS.Init)
-	off    atomic.Bool  // registering failed for good (no privilege, stacking)
+	reg    atomic.Pointer[registrar] // set at INIT (rafsFS.Init)
+	off    atomic.Bool               // registering failed for good (no privilege, stacking)
 
 	mu     sync.Mutex
 	inodes map[rafs.Ino]*inodeIO
@@ -99,12 +99,15 @@ func (p *passthrough) Close() {
 	p.wg.Wait()
 }
 
-// enable is called at INIT with the server when the kernel granted
-// passthrough.
-func (p *passthrough) enable(reg backingFiles) { p.reg = reg }
+// registrar holds what registers backing files.
+type registrar struct{ backingFiles }
+
+// enable is called at INIT with what registers backing files (the
+// server).
+func (p *passthrough) enable(reg backingFiles) { p.reg.Store(&registrar{reg}) }
 
 // active reports whether opens may be answered in passthrough mode.
-func (p *passthrough) active() bool { return p != nil && p.reg != nil && !p.off.Load() }
+func (p *passthrough) active() bool { return p != nil && p.reg.Load() != nil && !p.off.Load() }
 
 // open decides how a handle of in is opened: in passthrough mode on the
 // returned backing ID, or (false) through the daemon. Every open must be
@@ -178,7 +181,7 @@ func (p *passthrough) register(in rafs.Inode) (int32, bool) {
 	}
 	// The kernel keeps its own reference to the file: this descriptor
 	// is not needed past the ioctl.
-	id, errno := p.reg.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
+	id, errno := p.reg.Load().RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
 	syscall.Close(fd)
 	if errno != 0 {
 		// EPERM (not privileged), ELOOP (the copies live on a stacked
@@ -192,7 +195,7 @@ func (p *passthrough) register(in rafs.Inode) (int32, bool) {
 }
 
 func (p *passthrough) unregister(id int32) {
-	if errno := p.reg.UnregisterBackingFd(id); errno != 0 {
+	if errno := p.reg.Load().UnregisterBackingFd(id); errno != 0 {
 		p.log.Warn("FUSE passthrough: unregistering a backing file failed", "id", id, "err", errno)
 	}
 }

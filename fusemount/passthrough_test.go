@@ -272,6 +272,54 @@ func TestPassthroughDamagedCopy(t *testing.T) {
 	}
 }
 
+// refusing is a kernel that refuses every backing file, as it does a
+// daemon without CAP_SYS_ADMIN.
+type refusing struct{ backingFiles }
+
+func (refusing) RegisterBackingFd(*fuse.BackingMap) (int32, syscall.Errno) { return 0, syscall.EPERM }
+
+// When the kernel refuses a backing file, that open and every later one
+// go through the daemon, and the daemon goes back to open-less reads.
+func TestPassthroughRefused(t *testing.T) {
+	mp, d, p, in, want := passthroughMount(t, testConfig(t), 0)
+	requirePassthrough(t, d)
+	if d.server.KernelSettings().Flags64()&fuse.CAP_NO_OPEN_SUPPORT == 0 {
+		rafstest.SkipOrFail(t, "the kernel does not offer FUSE_NO_OPEN_SUPPORT")
+	}
+	d.fsys.pt.enable(refusing{d.server})
+	path := filepath.Join(mp, p)
+	readChecked(t, path, want, "first read")
+	waitCopy(t, d, in)
+	handles := func() uint64 {
+		d.fsys.mu.Lock()
+		defer d.fsys.mu.Unlock()
+		return d.fsys.nextFh
+	}
+	before := handles()
+	for i := range 3 {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fadviseDontNeed(f); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(f)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("read %d after a refusal: %v, or bytes differ", i, err)
+		}
+		mmapChecked(t, f, want, fmt.Sprintf("mmap %d after a refusal", i))
+		f.Close()
+	}
+	if n := counter(d.metrics, "damselfly_mount_passthrough_opens_total"); n != 0 {
+		t.Errorf("%v passthrough opens after a refusal, want 0", n)
+	}
+	// The open refused made a handle; the ones after it are open-less.
+	if n := handles() - before; n != 1 {
+		t.Errorf("%d handles made after a refusal, want 1 (then open-less reads)", n)
+	}
+}
+
 func fadviseDontNeed(f *os.File) error {
 	const fadvDontNeed = 4
 	_, _, errno := syscall.Syscall6(syscall.SYS_FADVISE64, f.Fd(), 0, 0, fadvDontNeed, 0, 0)
