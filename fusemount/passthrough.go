@@ -71,9 +71,15 @@ type passthrough struct {
 	queue   []rafs.Inode
 	pending map[rafs.Ino]bool // queued or being filled
 	wake    chan struct{}
-	ctx     context.Context
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
+	// chunks keeps the last chunks a fill decoded: small files share
+	// chunks (a 1 MiB chunk holds some thirty files of the Debian tree),
+	// and fills come in about the order the files were read, so without
+	// it every small file decoded its whole chunk again from the node
+	// cache, thirty decodes per chunk.
+	chunks *memory
+	ctx    context.Context
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // inodeIO counts the open handles of one inode by the mode they were
@@ -84,10 +90,13 @@ type inodeIO struct {
 	id     int32 // valid while pass > 0
 }
 
+// fillChunkBytes bounds the decoded chunks fills keep.
+const fillChunkBytes = 8 << 20
+
 func newPassthrough(b *rafs.Bootstrap, copies *fileCopies, local localChunks, m *Metrics, log *slog.Logger) *passthrough {
 	ctx, stop := context.WithCancel(context.Background())
 	p := &passthrough{b: b, copies: copies, local: local, m: m, log: log, inodes: map[rafs.Ino]*inodeIO{},
-		pending: map[rafs.Ino]bool{}, wake: make(chan struct{}, 1), ctx: ctx, stop: stop}
+		pending: map[rafs.Ino]bool{}, wake: make(chan struct{}, 1), ctx: ctx, stop: stop, chunks: newMemory(fillChunkBytes)}
 	p.wg.Add(1)
 	go p.filler()
 	return p
@@ -310,7 +319,7 @@ func (p *passthrough) fill(in rafs.Inode) error {
 		if err != nil {
 			return err
 		}
-		if !p.local.HasLocal(seg.Chunk) {
+		if !p.chunks.Contains(seg.Index) && !p.local.HasLocal(seg.Chunk) {
 			return errNotLocal
 		}
 	}
@@ -323,9 +332,12 @@ func (p *passthrough) fill(in rafs.Inode) error {
 			if err != nil {
 				return err
 			}
-			data, ok := p.local.LocalChunk(seg.Chunk)
+			data, ok := p.chunks.Get(seg.Index)
 			if !ok {
-				return errNotLocal
+				if data, ok = p.local.LocalChunk(seg.Chunk); !ok {
+					return errNotLocal
+				}
+				p.chunks.Add(seg.Index, data)
 			}
 			if int(seg.Off)+int(seg.Len) > len(data) {
 				return fmt.Errorf("chunk %s: stretch %d+%d outside %d bytes", seg.Digest, seg.Off, seg.Len, len(data))
