@@ -34,4 +34,13 @@
 // A copy is checked for its size at every open and never hashed again
 // after it is written: its bytes come from verified chunks, and it is
 // protected as the node cache is, by the directory's permissions.
+//
+// Why the fill runs when the last handle closes rather than when a file
+// was read to its end: a library that ld.so or Python maps is read only
+// in part, yet its chunks are all in the node cache once the image has
+// been read or prefetched, and it is the large mapped files that gain
+// most. What passthrough does not remove is the per-file cost: every
+// open of a warm file is an OPEN and a RELEASE round trip (open-less
+// reads had a READ instead), so a tree of small files gains little;
+// large files and mappings are read at local-disk speed.
 package fusemount

@@ -434,3 +434,59 @@ func TestFileCopiesCapacity(t *testing.T) {
 		t.Errorf("reopened with 1 MiB: %d bytes in %d copies, want 1 MiB in 1", b, n)
 	}
 }
+
+// Through a mount, the copies stay within a capacity smaller than the
+// image's files, and every file reads right whether or not it has one.
+func TestPassthroughCapacityOnMount(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.FileCopies.Capacity = 1 << 20
+	mp, d, _, _, _ := passthroughMount(t, cfg, 0)
+	requirePassthrough(t, d)
+	img, err := image.Open(t.Context(), "oci:"+corpusOnce.dir+":sizes-rafs", image.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	fsys := img.FS(t.Context())
+	var total int64
+	for round := range 3 {
+		err := fs.WalkDir(fsys, ".", func(p string, e fs.DirEntry, err error) error {
+			if err != nil || !e.Type().IsRegular() {
+				return err
+			}
+			want, err := fs.ReadFile(fsys, p)
+			if err != nil {
+				return err
+			}
+			if round == 0 {
+				total += int64(len(want))
+			}
+			readChecked(t, filepath.Join(mp, p), want, fmt.Sprintf("round %d: %s", round, p))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // fills of the round's files
+	}
+	if total <= cfg.FileCopies.Capacity {
+		t.Fatalf("the image's files hold %d bytes, not more than the capacity %d: the test proves nothing", total, cfg.FileCopies.Capacity)
+	}
+	var onDisk int64
+	ents, err := os.ReadDir(d.copies.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			onDisk += fi.Size()
+		}
+	}
+	b, _, evicted := d.copies.Stats()
+	if onDisk > cfg.FileCopies.Capacity || b > cfg.FileCopies.Capacity {
+		t.Errorf("copies hold %d bytes on disk (%d indexed), capacity %d", onDisk, b, cfg.FileCopies.Capacity)
+	}
+	if evicted == 0 || counter(d.metrics, "damselfly_mount_passthrough_opens_total") == 0 {
+		t.Errorf("%d evictions, %v passthrough opens: want both above 0", evicted, counter(d.metrics, "damselfly_mount_passthrough_opens_total"))
+	}
+}
