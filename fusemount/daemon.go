@@ -165,6 +165,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 			// Reads go through the daemon, as without copies.
 			d.log.Warn("no file copies: every read goes through the daemon", "err", err)
 		} else {
+			cleanups = append(cleanups, func() error { d.copies.Close(); return nil })
 			d.metrics.watchFileCopies(d.copies)
 			fsys.pt = newPassthrough(d.boot, d.copies, d.fetcher, d.metrics, d.log)
 			cleanups = append(cleanups, func() error { fsys.pt.Close(); return nil })

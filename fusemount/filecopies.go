@@ -54,6 +54,7 @@ type fileCopies struct {
 	bytes    int64
 	lastScan time.Time
 	evicted  int64
+	scanning sync.WaitGroup // the first scan
 }
 
 // copyTempMaxAge is how old a temp file must be for a scan to delete it
@@ -69,14 +70,22 @@ func openFileCopies(dir string, capacity int64, log *slog.Logger) (*fileCopies, 
 	}
 	fc := &fileCopies{dir: dir, capacity: capacity, log: log}
 	fc.lru, _ = simplelru.NewLRU[string, int64](math.MaxInt, func(_ string, size int64) { fc.bytes -= size })
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	if err := fc.scanLocked(); err != nil {
-		return nil, err
-	}
-	fc.evictLocked("")
+	// The first scan lists every copy (a stat each: a second for the
+	// Debian tree's 27k copies with the page cache dropped), so it runs
+	// beside the mount rather than before it; opens and puts meanwhile
+	// only add to the index, and the scan merges with them.
+	fc.scanning.Add(1)
+	go func() {
+		defer fc.scanning.Done()
+		if err := fc.rescan(); err != nil {
+			log.Warn("file copies: scan failed", "dir", dir, "err", err)
+		}
+	}()
 	return fc, nil
 }
+
+// Close waits for a scan in progress.
+func (fc *fileCopies) Close() { fc.scanning.Wait() }
 
 // fileCopyName names the copy of file in: the hex SHA-256 of a version
 // tag, the digest algorithm, the size, and for every stretch of the file
@@ -197,27 +206,27 @@ func (fc *fileCopies) Put(name string, size uint64, write func(io.Writer) error)
 		return err
 	}
 	fc.mu.Lock()
-	defer fc.mu.Unlock()
 	if _, ok := fc.lru.Peek(name); !ok {
 		fc.lru.Add(name, int64(size))
 		fc.bytes += int64(size)
 	}
+	stale := fc.bytes > fc.capacity && time.Since(fc.lastScan) >= rescanEvery
+	fc.mu.Unlock()
+	if stale {
+		// Other daemons may have put copies this index does not know.
+		if err := fc.rescan(); err != nil {
+			fc.log.Warn("file copies: rescan failed", "err", err)
+		}
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
 	fc.evictLocked(name)
 	return nil
 }
 
 // evictLocked unlinks the least recently used copies while the index
-// holds more than the capacity, rescanning first when it may be stale.
-// keep (just put) goes last.
+// holds more than the capacity. keep (just put) goes last.
 func (fc *fileCopies) evictLocked(keep string) {
-	if fc.bytes <= fc.capacity {
-		return
-	}
-	if time.Since(fc.lastScan) >= rescanEvery {
-		if err := fc.scanLocked(); err != nil {
-			fc.log.Warn("file copies: rescan failed", "err", err)
-		}
-	}
 	for fc.bytes > fc.capacity && fc.lru.Len() > 0 {
 		name, _, _ := fc.lru.GetOldest()
 		if name == keep && fc.lru.Len() > 1 {
@@ -232,19 +241,34 @@ func (fc *fileCopies) evictLocked(keep string) {
 	}
 }
 
-// scanLocked rebuilds the index from the directory, oldest modification
-// first, keeping the recency this process has seen for copies it knows,
-// and deletes stale temp files.
-func (fc *fileCopies) scanLocked() error {
-	type found struct {
-		name  string
-		size  int64
-		mtime time.Time
+type foundCopy struct {
+	name  string
+	size  int64
+	mtime time.Time
+}
+
+// rescan lists the directory (without holding the lock), then rebuilds
+// the index from it and evicts down to the capacity.
+func (fc *fileCopies) rescan() error {
+	all, err := fc.list()
+	if err != nil {
+		return err
 	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.mergeLocked(all)
+	fc.evictLocked("")
+	return nil
+}
+
+// list returns the copies in the directory, oldest modification first,
+// and deletes stale temp files.
+func (fc *fileCopies) list() ([]foundCopy, error) {
+	type found = foundCopy
 	var all []found
 	ents, err := os.ReadDir(fc.dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, e := range ents {
 		fi, err := e.Info()
@@ -264,7 +288,21 @@ func (fc *fileCopies) scanLocked() error {
 		all = append(all, found{n, fi.Size(), fi.ModTime()})
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].mtime.Before(all[j].mtime) })
+	return all, nil
+}
+
+// mergeLocked rebuilds the index from all, a listing of the directory:
+// copies it does not know first (oldest first), then those it knows in
+// its order of use, the most recent last. Copies it knows stay even
+// when the listing lacks them: they may have been put after it was
+// taken; one deleted by hand leaves the index when an open or an
+// eviction finds it gone.
+func (fc *fileCopies) mergeLocked(all []foundCopy) {
 	known := fc.lru.Keys() // oldest first
+	knownSize := make(map[string]int64, len(known))
+	for _, k := range known {
+		knownSize[k], _ = fc.lru.Peek(k)
+	}
 	fc.lru.Purge()
 	fc.bytes = 0
 	present := make(map[string]int64, len(all))
@@ -291,10 +329,11 @@ func (fc *fileCopies) scanLocked() error {
 	for _, k := range known {
 		if size, ok := present[k]; ok {
 			add(k, size)
+		} else {
+			add(k, knownSize[k])
 		}
 	}
 	fc.lastScan = time.Now()
-	return nil
 }
 
 // isCopyName reports whether s names a copy: 64 lower-case hex digits.
