@@ -40,10 +40,10 @@ import (
 // capacity (an open copy stays readable: the kernel holds it).
 //
 // Each process keeps its own index of the directory, filled by a scan
-// at start and by its own puts; when a put finds the index over
-// capacity, it scans again (at most once a minute) before evicting, so
-// that daemons sharing the directory keep it near the capacity
-// together. Safe for concurrent use.
+// that starts with it and by its own opens and puts; when a put finds
+// the index over capacity, it scans again (at most once a minute) before
+// evicting, so that daemons sharing the directory keep it near the
+// capacity together. Safe for concurrent use.
 type fileCopies struct {
 	dir      string
 	capacity int64
@@ -120,9 +120,9 @@ func (fc *fileCopies) path(name string) string {
 // Open opens the copy called name read-only if it is there with size
 // bytes, and returns its descriptor, which the caller closes. A copy of
 // another size is deleted (a bad copy is never served) and reported
-// absent. It opens with plain system calls: an os.File would register
-// the descriptor with Go's poller and unregister it again, a third of
-// the work of a passthrough OPEN.
+// absent. It opens with plain system calls: an os.File registers the
+// descriptor with Go's poller and unregisters it again, a quarter of
+// this function's time in a profile of a warm tree read.
 func (fc *fileCopies) Open(name string, size uint64) (int, bool) {
 	p := fc.path(name)
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
