@@ -40,7 +40,7 @@ import (
 // capacity (an open copy stays readable: the kernel holds it).
 //
 // Each process keeps its own index of the directory, filled by a scan
-// that starts with it and by its own opens and puts; when a put finds
+// that starts with its first put and by its own opens and puts; when a put finds
 // the index over capacity, it scans again (at most once a minute) before
 // evicting, so that daemons sharing the directory keep it near the
 // capacity together. Safe for concurrent use.
@@ -54,6 +54,7 @@ type fileCopies struct {
 	bytes    int64
 	lastScan time.Time
 	evicted  int64
+	scanOnce sync.Once
 	scanning sync.WaitGroup // the first scan
 }
 
@@ -70,18 +71,25 @@ func openFileCopies(dir string, capacity int64, log *slog.Logger) (*fileCopies, 
 	}
 	fc := &fileCopies{dir: dir, capacity: capacity, log: log}
 	fc.lru, _ = simplelru.NewLRU[string, int64](math.MaxInt, func(_ string, size int64) { fc.bytes -= size })
-	// The first scan lists every copy (a stat each: a second for the
-	// Debian tree's 27k copies with the page cache dropped), so it runs
-	// beside the mount rather than before it; opens and puts meanwhile
-	// only add to the index, and the scan merges with them.
-	fc.scanning.Add(1)
-	go func() {
-		defer fc.scanning.Done()
-		if err := fc.rescan(); err != nil {
-			log.Warn("file copies: scan failed", "dir", dir, "err", err)
-		}
-	}()
 	return fc, nil
+}
+
+// startScan starts the first scan, in the background, once. It lists
+// every copy, a stat each: a second for the Debian tree's 27k copies
+// with the page cache dropped, which made mount-ready time wait, and
+// then competed with the mount's own first reads. Only eviction needs
+// the whole directory in the index, so the first put starts it; until
+// then the index holds the copies this process opened.
+func (fc *fileCopies) startScan() {
+	fc.scanOnce.Do(func() {
+		fc.scanning.Add(1)
+		go func() {
+			defer fc.scanning.Done()
+			if err := fc.rescan(); err != nil {
+				fc.log.Warn("file copies: scan failed", "dir", fc.dir, "err", err)
+			}
+		}()
+	})
 }
 
 // Close waits for a scan in progress.
@@ -179,6 +187,7 @@ func (fc *fileCopies) Put(name string, size uint64, write func(io.Writer) error)
 	if int64(size) > fc.capacity {
 		return errCopyTooBig
 	}
+	fc.startScan()
 	final := fc.path(name)
 	if err := os.MkdirAll(fc.dir, 0o700); err != nil { // deleted by hand
 		return err

@@ -383,7 +383,6 @@ func TestFileCopiesCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc.Close() // the first scan, of an empty directory, is done
 	name := func(i int) string { return fmt.Sprintf("%02x%062x", i, i) }
 	put := func(i int, size int) error {
 		return fc.Put(name(i), uint64(size), func(w io.Writer) error {
@@ -431,7 +430,9 @@ func TestFileCopiesCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc2.Close() // waits for its first scan
+	if err := fc2.rescan(); err != nil { // as its first put would
+		t.Fatal(err)
+	}
 	if b, n, _ := fc2.Stats(); b > mib || n != 1 {
 		t.Errorf("reopened with 1 MiB: %d bytes in %d copies, want 1 MiB in 1", b, n)
 	}
