@@ -89,7 +89,7 @@ type FileCopiesConfig struct {
 // by default.
 const FilesDirName = "files"
 
-// dir returns where the copies live, "" for nowhere.
+// fileCopiesDir returns where the copies live, "" for nowhere.
 func (c Config) fileCopiesDir() string {
 	switch {
 	case !c.FileCopies.Enable:
