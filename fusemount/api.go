@@ -39,7 +39,20 @@ type Status struct {
 	InFlight   float64           `json:"fetches_in_flight"`
 	Errors     uint64            `json:"read_errors"`
 	Verify     uint64            `json:"verify_failures"`
-	Config     Config            `json:"config"` // Config.Redacted
+	// Passthrough counts opens the kernel serves from a file copy.
+	Passthrough uint64         `json:"passthrough_opens"`
+	FileCopies  *FileCopyStats `json:"file_copies,omitempty"`
+	Config      Config         `json:"config"` // Config.Redacted
+}
+
+// FileCopyStats describe the file copy store as this daemon sees it.
+type FileCopyStats struct {
+	Dir      string `json:"dir"`
+	Bytes    int64  `json:"bytes"`
+	Copies   int    `json:"copies"`
+	Capacity int64  `json:"capacity"`
+	Evicted  int64  `json:"evicted"`
+	Written  uint64 `json:"written"`
 }
 
 // Status snapshots the daemon's state and counters.
@@ -47,6 +60,7 @@ func (d *Daemon) Status(mountpoint string) Status {
 	s := Status{State: d.state.get(), Image: d.image, Digest: d.digest, Mountpoint: mountpoint, Version: d.opts.Version,
 		PID: os.Getpid(), Started: d.started, Files: d.boot.InodeCount(), Config: d.opts.Config.Redacted(),
 		Reads: map[string]uint64{}, ReadBytes: map[string]uint64{}, Backend: map[string]uint64{}}
+	var written uint64
 	fams, _ := d.metrics.Registry.Gather()
 	for _, f := range fams {
 		for _, m := range f.GetMetric() {
@@ -74,6 +88,10 @@ func (d *Daemon) Status(mountpoint string) Status {
 				s.Errors = uint64(v)
 			case "damselfly_mount_verify_failures_total":
 				s.Verify = uint64(v)
+			case "damselfly_mount_passthrough_opens_total":
+				s.Passthrough = uint64(v)
+			case "damselfly_mount_file_copies_written_total":
+				written = uint64(v)
 			}
 		}
 	}
@@ -83,6 +101,10 @@ func (d *Daemon) Status(mountpoint string) Status {
 	if d.cache != nil {
 		cs := d.cache.Stats()
 		s.Cache = &cs
+	}
+	if d.copies != nil {
+		b, n, e := d.copies.Stats()
+		s.FileCopies = &FileCopyStats{Dir: d.copies.dir, Bytes: b, Copies: n, Capacity: d.copies.capacity, Evicted: e, Written: written}
 	}
 	if d.pf != nil {
 		s.Prefetch = [2]int64{d.pf.done.Load(), d.pf.total.Load()}

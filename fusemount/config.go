@@ -3,6 +3,7 @@ package fusemount
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"damselfly/configs/field"
@@ -29,6 +30,9 @@ type Config struct {
 	// leaves writing it to the peer daemon.
 	Cache    cache.Config   `mapstructure:"cache"`
 	Prefetch PrefetchConfig `mapstructure:"prefetch"`
+	// FileCopies keeps decoded copies of whole files for FUSE
+	// passthrough (passthrough.go).
+	FileCopies FileCopiesConfig `mapstructure:"file_copies"`
 	// MemoryBytes bounds decoded chunks kept in memory.
 	MemoryBytes int64 `mapstructure:"memory_bytes"`
 	// APISocket is the control socket; empty means the default derived
@@ -66,12 +70,45 @@ type PrefetchConfig struct {
 	BandwidthLimit int64 `mapstructure:"bandwidth_limit"`
 }
 
+// FileCopiesConfig controls the file copy store: the decoded content
+// of files whose every chunk is on the node, which the kernel reads
+// itself through FUSE passthrough, past the daemon. The node cache keeps
+// its compressed chunks for peers as before; the copies are an extra,
+// bounded by Capacity.
+type FileCopiesConfig struct {
+	Enable bool `mapstructure:"enable"`
+	// Dir holds the copies; empty means DIR/files in the node cache
+	// directory (no copies without one).
+	Dir string `mapstructure:"dir"`
+	// Capacity bounds the copies' bytes; the least recently opened go
+	// first.
+	Capacity int64 `mapstructure:"capacity"`
+}
+
+// FilesDirName is where file copies live in the node cache directory
+// by default.
+const FilesDirName = "files"
+
+// fileCopiesDir returns where the copies live, "" for nowhere.
+func (c Config) fileCopiesDir() string {
+	switch {
+	case !c.FileCopies.Enable:
+		return ""
+	case c.FileCopies.Dir != "":
+		return c.FileCopies.Dir
+	case c.Cache.Dir != "":
+		return filepath.Join(c.Cache.Dir, FilesDirName)
+	}
+	return ""
+}
+
 // DefaultConfig returns the defaults every field falls back to.
 func DefaultConfig() Config {
 	return Config{
 		Backend:         backend.Default(),
 		Cache:           cache.Default(DefaultCacheDir),
 		Prefetch:        PrefetchConfig{Enable: true, Threads: 2},
+		FileCopies:      FileCopiesConfig{Enable: true, Capacity: 4 << 30},
 		AmplifyIO:       1 << 20,
 		MemoryBytes:     32 << 20,
 		ReadaheadChunks: 4,
@@ -125,6 +162,9 @@ func (c Config) Validate() error {
 	}
 	if c.Prefetch.BandwidthLimit < 0 {
 		add("prefetch.bandwidth_limit", "negative")
+	}
+	if c.FileCopies.Enable && c.FileCopies.Capacity < 1<<20 {
+		add("file_copies.capacity", "%d is below 1 MiB", c.FileCopies.Capacity)
 	}
 	if c.MaxBootstrapBytes < 1<<20 || c.MaxBootstrapBytes > rafs.MaxBootstrapSize {
 		add("max_bootstrap_bytes", "%d outside 1 MiB..4 GiB", c.MaxBootstrapBytes)

@@ -47,6 +47,10 @@ type Options struct {
 	// mounted, which such a process needs; a daemon must leave it off:
 	// killed during the hack, it could never exit.
 	SelfAccess bool
+
+	// disabledCaps are FUSE capabilities withheld from the kernel, for
+	// tests of kernels that lack them.
+	disabledCaps uint64
 }
 
 // Daemon is one mounted image. It lives exactly as long as its mount.
@@ -59,6 +63,7 @@ type Daemon struct {
 	cache   *cache.Cache
 	be      *backendAdapter
 	fetcher *Fetcher
+	copies  *fileCopies // nil: no file copies
 	metrics *Metrics
 	server  *fuse.Server
 	fsys    *rafsFS
@@ -154,6 +159,18 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	fsys := newRafsFS(d.boot, d.fetcher, d.image, opts.Config.EntryTimeout, d.log)
 	d.fsys = fsys
+	fsys.noCaps = opts.disabledCaps
+	if dir := opts.Config.fileCopiesDir(); dir != "" {
+		if d.copies, err = openFileCopies(dir, opts.Config.FileCopies.Capacity, d.log); err != nil {
+			// Reads go through the daemon, as without copies.
+			d.log.Warn("no file copies: every read goes through the daemon", "err", err)
+		} else {
+			cleanups = append(cleanups, func() error { d.copies.Close(); return nil })
+			d.metrics.watchFileCopies(d.copies)
+			fsys.pt = newPassthrough(d.boot, d.copies, d.fetcher, d.metrics, d.log)
+			cleanups = append(cleanups, func() error { fsys.pt.Close(); return nil })
+		}
+	}
 	// The control socket is bound before the mount exists: a daemon that
 	// cannot serve it fails before anyone can see (and read from) a mount
 	// that would vanish again.
@@ -181,6 +198,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 		MaxReadAhead:  1 << 20,
 		MaxBackground: 64,
 		Logger:        nil,
+
+		DisabledCapabilities: opts.disabledCaps,
 	})
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mp, err)

@@ -655,3 +655,28 @@ func (f *Fetcher) Prefetch(ctx context.Context, c rafs.Chunk) (fetched bool, err
 	_, _, err = f.chunk(ctx, c, modePrefetch)
 	return err == nil, err
 }
+
+// HasLocal implements localChunks.
+func (f *Fetcher) HasLocal(c rafs.Chunk) bool {
+	return f.mem.Contains(c.Index) || (f.cache != nil && f.cache.Has(cache.KeyOf(c)))
+}
+
+// LocalChunk implements localChunks: memory, else the node cache (which
+// checks the chunk's digest as it decodes it), without keeping what it
+// reads in memory or counting it as a reader's read.
+func (f *Fetcher) LocalChunk(c rafs.Chunk) ([]byte, bool) {
+	if data, ok := f.mem.Get(c.Index); ok {
+		return data, true
+	}
+	if f.cache == nil {
+		return nil, false
+	}
+	buf := make([]byte, c.Size)
+	if err := f.cache.ReadChunk(c, buf); err != nil {
+		if !errors.Is(err, cache.ErrNotFound) {
+			f.log.Warn("node cache read failed", "chunk", c.Digest.String(), "err", err)
+		}
+		return nil, false
+	}
+	return buf, true
+}

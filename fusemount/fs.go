@@ -37,6 +37,12 @@ type rafsFS struct {
 	server   *fuse.Server     // set by Init: what the kernel supports
 	openless openlessTrackers // sequential tracking when the kernel does not open
 
+	// pt opens files with a copy in passthrough mode; nil without file
+	// copies. noCaps are the capabilities the mount withheld from the
+	// kernel (MountOptions.DisabledCapabilities).
+	pt     *passthrough
+	noCaps uint64
+
 	// failed holds the failed chunk reads of open files (heldKey ->
 	// failure) for failHold; nfailed counts its entries, so that reads
 	// skip the lookup while there are none.
@@ -299,19 +305,39 @@ func (f *rafsFS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.Stat
 type handle struct {
 	in  rafs.Inode
 	seq seqTracker
+	// tracked: opened through pt, in passthrough mode if pass.
+	tracked, pass bool
 }
 
 // Init keeps the server, whose kernel settings say whether the kernel
-// can read files without opening them.
-func (f *rafsFS) Init(s *fuse.Server) { f.server = s }
+// can read files without opening them, and through which backing files
+// for passthrough are registered.
+func (f *rafsFS) Init(s *fuse.Server) {
+	f.server = s
+	if f.pt != nil {
+		f.pt.enable(s)
+	}
+}
+
+// passthroughOn reports whether opens go through pt: there are file
+// copies, the kernel was offered, and offers, FUSE passthrough, and it
+// has not refused a backing file (a daemon without CAP_SYS_ADMIN): then
+// the daemon goes back to open-less reads at the next OPEN.
+func (f *rafsFS) passthroughOn() bool {
+	return f.pt != nil && f.server != nil && f.noCaps&fuse.CAP_PASSTHROUGH == 0 &&
+		f.server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0 && !f.pt.off.Load()
+}
 
 // kernelOpensLess reports whether the kernel supports open-less reads
 // (FUSE_NO_OPEN_SUPPORT): then Open answers ENOSYS once, and the kernel
 // sends no OPEN and RELEASE for regular files after it, keeping their
 // page cache across opens as FOPEN_KEEP_CACHE would. For a tree of small
 // files that is two round trips of the four or five each file costs.
+//
+// Passthrough needs an OPEN to answer, and one ENOSYS stops every OPEN of
+// the mount: with file copies the daemon answers every OPEN.
 func (f *rafsFS) kernelOpensLess() bool {
-	return f.server != nil && f.server.KernelSettings().Flags64()&fuse.CAP_NO_OPEN_SUPPORT != 0
+	return !f.passthroughOn() && f.server != nil && f.server.KernelSettings().Flags64()&fuse.CAP_NO_OPEN_SUPPORT != 0
 }
 
 func (f *rafsFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
@@ -328,12 +354,22 @@ func (f *rafsFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut
 	if f.kernelOpensLess() {
 		return fuse.ENOSYS
 	}
+	h := &handle{in: ino}
+	if f.passthroughOn() {
+		h.tracked = true
+		out.BackingID, h.pass = f.pt.open(ino)
+	}
 	f.mu.Lock()
 	f.nextFh++
 	fh := f.nextFh
 	f.mu.Unlock()
-	f.handles.Store(fh, &handle{in: ino})
+	f.handles.Store(fh, h)
 	out.Fh = fh
+	if h.pass {
+		// The kernel reads the copy: no READ comes here.
+		out.OpenFlags = fuse.FOPEN_PASSTHROUGH
+		return fuse.OK
+	}
 	// The content never changes: keep the page cache across opens.
 	out.OpenFlags = fuse.FOPEN_KEEP_CACHE
 	return fuse.OK
@@ -347,7 +383,10 @@ func (f *rafsFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 }
 
 func (f *rafsFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	f.handles.Delete(in.Fh)
+	v, ok := f.handles.LoadAndDelete(in.Fh)
+	if h, _ := v.(*handle); ok && h.tracked {
+		f.pt.release(h.in, h.pass)
+	}
 }
 
 func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {

@@ -36,6 +36,10 @@ type Metrics struct {
 	readahead      prometheus.Counter
 	prefetchDone   prometheus.Gauge
 	prefetchTotal  prometheus.Gauge
+	// passthroughOpens counts opens answered in FUSE passthrough mode
+	// (the kernel reads the file's copy; no READ reaches the daemon).
+	passthroughOpens prometheus.Counter
+	fileCopies       prometheus.Counter // file copies written
 }
 
 // NewMetrics registers the metrics on a new registry.
@@ -60,12 +64,16 @@ func NewMetrics() *Metrics {
 		readahead:      prometheus.NewCounter(prometheus.CounterOpts{Name: "damselfly_mount_readahead_fetches_total", Help: "Fetches started ahead of sequential readers (each of one chunk or a run of them)."}),
 		prefetchDone:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "damselfly_mount_prefetch_done_chunks", Help: "Prefetch progress: chunks handled."}),
 		prefetchTotal:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "damselfly_mount_prefetch_total_chunks", Help: "Prefetch progress: chunks planned."}),
+		passthroughOpens: prometheus.NewCounter(prometheus.CounterOpts{Name: "damselfly_mount_passthrough_opens_total",
+			Help: "Opens answered in FUSE passthrough mode: the kernel reads the file's decoded copy, not the daemon."}),
+		fileCopies: prometheus.NewCounter(prometheus.CounterOpts{Name: "damselfly_mount_file_copies_written_total",
+			Help: "Decoded file copies written for passthrough."}),
 	}
 	// The Go runtime's figures (go_goroutines, heap) as the peer and the
 	// scheduler export them: a long-running daemon's leaks show there first.
 	r.MustRegister(collectors.NewGoCollector())
 	r.MustRegister(m.reads, m.readBytes, m.readSeconds, m.backendBytes, m.cacheHits, m.cacheMisses, m.cacheErrors,
-		m.verifyFailures, m.errors, m.inflight, m.readahead, m.prefetchDone, m.prefetchTotal)
+		m.verifyFailures, m.errors, m.inflight, m.readahead, m.prefetchDone, m.prefetchTotal, m.passthroughOpens, m.fileCopies)
 	return m
 }
 
@@ -86,5 +94,17 @@ func (m *Metrics) watchCache(c *cache.Cache) {
 		gauge("damselfly_cache_capacity_bytes", "Node cache capacity.", func(s cache.Stats) float64 { return float64(s.Capacity) }),
 		gauge("damselfly_cache_evictions", "Chunks evicted by this process.", func(s cache.Stats) float64 { return float64(s.Evictions) }),
 		gauge("damselfly_cache_corrupt", "Cache entries found corrupt and removed.", func(s cache.Stats) float64 { return float64(s.Corrupt) }),
+	)
+}
+
+// watchFileCopies exports the file copy store's size.
+func (m *Metrics) watchFileCopies(fc *fileCopies) {
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "damselfly_file_copies_bytes", Help: "Bytes of decoded file copies (this process's view)."},
+			func() float64 { b, _, _ := fc.Stats(); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "damselfly_file_copies", Help: "Decoded file copies (this process's view)."},
+			func() float64 { _, n, _ := fc.Stats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "damselfly_file_copies_evicted", Help: "File copies evicted by this process."},
+			func() float64 { _, _, e := fc.Stats(); return float64(e) }),
 	)
 }

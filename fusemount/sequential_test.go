@@ -227,12 +227,14 @@ func labelled(m *Metrics, name, source string) float64 {
 
 // On a kernel with open-less reads, files are read without OPEN and
 // RELEASE, the bytes are the image's, and a second open of a file is
-// served from the page cache (as FOPEN_KEEP_CACHE did with opens).
+// served from the page cache (as FOPEN_KEEP_CACHE did with opens). With
+// file copies (and passthrough) every open is answered: it is off here.
 func TestOpenlessReads(t *testing.T) {
 	layout, _ := corpusLayout(t)
 	ref := "oci:" + layout + ":sizes-rafs"
 	cfg := testConfig(t)
 	cfg.Prefetch.Enable = false
+	cfg.FileCopies.Enable = false
 	mp, d, _ := mountT(t, Options{Image: ref, Config: cfg})
 	if d.server.KernelSettings().Flags64()&fuse.CAP_NO_OPEN_SUPPORT == 0 {
 		rafstest.SkipOrFail(t, "the kernel does not offer FUSE_NO_OPEN_SUPPORT")

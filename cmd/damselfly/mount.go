@@ -146,6 +146,10 @@ func newStatus(g *globals) *cobra.Command {
 		if st.Cache != nil {
 			fmt.Printf("             %s in %d chunks, capacity %s, %d evictions\n", humanBytes(st.Cache.Bytes), st.Cache.Entries, humanBytes(st.Cache.Capacity), st.Cache.Evictions)
 		}
+		if fc := st.FileCopies; fc != nil {
+			fmt.Printf("file copies  %s in %d files, capacity %s; %d passthrough opens, %d written, %d evicted\n",
+				humanBytes(fc.Bytes), fc.Copies, humanBytes(fc.Capacity), st.Passthrough, fc.Written, fc.Evicted)
+		}
 		fmt.Printf("prefetch     %d / %d chunks\n", st.Prefetch[0], st.Prefetch[1])
 		fmt.Printf("in flight    %.0f fetches; %d read errors, %d verification failures\n", st.InFlight, st.Errors, st.Verify)
 		return nil
