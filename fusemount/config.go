@@ -108,7 +108,7 @@ func DefaultConfig() Config {
 		Backend:         backend.Default(),
 		Cache:           cache.Default(DefaultCacheDir),
 		Prefetch:        PrefetchConfig{Enable: true, Threads: 2},
-		FileCopies:      FileCopiesConfig{Enable: true, Capacity: 4 << 30},
+		FileCopies:      FileCopiesConfig{Capacity: 4 << 30},
 		AmplifyIO:       1 << 20,
 		MemoryBytes:     32 << 20,
 		ReadaheadChunks: 4,

@@ -14,7 +14,8 @@
 // mounts detached); api.go serves status and Prometheus metrics on a unix
 // socket.
 //
-// Warm files: once every chunk of a regular file is on the node, a
+// Warm files (file_copies, off by default: configs/mount.yaml says what
+// they cost): once every chunk of a regular file is on the node, a
 // background fill writes the file's decoded content, from those verified
 // chunks only, into the file copy store (DIR/files beside the node
 // cache, bounded, least recently opened out first), named by a digest of

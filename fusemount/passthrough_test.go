@@ -106,7 +106,7 @@ func mmapChecked(t *testing.T, f *os.File, want []byte, what string) {
 // passthrough: the same bytes by read and by mmap, and no READ reaches
 // the daemon.
 func TestPassthroughAfterRead(t *testing.T) {
-	mp, d, p, in, want := passthroughMount(t, testConfig(t), 0)
+	mp, d, p, in, want := passthroughMount(t, copiesConfig(t), 0)
 	requirePassthrough(t, d)
 	path := filepath.Join(mp, p)
 	readChecked(t, path, want, "first read")
@@ -152,7 +152,7 @@ func TestPassthroughAfterRead(t *testing.T) {
 // inode stay in that mode even when a copy appears (the kernel refuses
 // to mix modes on an inode); once it is closed, opens are passthrough.
 func TestPassthroughWaitsForCachedHandles(t *testing.T) {
-	mp, d, p, in, want := passthroughMount(t, testConfig(t), 0)
+	mp, d, p, in, want := passthroughMount(t, copiesConfig(t), 0)
 	requirePassthrough(t, d)
 	path := filepath.Join(mp, p)
 	readChecked(t, path, want, "first read") // every chunk now cached
@@ -230,7 +230,7 @@ func TestPassthroughDamagedCopy(t *testing.T) {
 	}
 	for _, dm := range damage {
 		t.Run(dm.name, func(t *testing.T) {
-			mp, d, p, in, want := passthroughMount(t, testConfig(t), 0)
+			mp, d, p, in, want := passthroughMount(t, copiesConfig(t), 0)
 			requirePassthrough(t, d)
 			path := filepath.Join(mp, p)
 			readChecked(t, path, want, "first read")
@@ -281,7 +281,7 @@ func (refusing) RegisterBackingFd(*fuse.BackingMap) (int32, syscall.Errno) { ret
 // When the kernel refuses a backing file, that open and every later one
 // go through the daemon, and the daemon goes back to open-less reads.
 func TestPassthroughRefused(t *testing.T) {
-	mp, d, p, in, want := passthroughMount(t, testConfig(t), 0)
+	mp, d, p, in, want := passthroughMount(t, copiesConfig(t), 0)
 	requirePassthrough(t, d)
 	if d.server.KernelSettings().Flags64()&fuse.CAP_NO_OPEN_SUPPORT == 0 {
 		rafstest.SkipOrFail(t, "the kernel does not offer FUSE_NO_OPEN_SUPPORT")
@@ -341,7 +341,7 @@ func TestPassthroughOff(t *testing.T) {
 		{"kernel", func(*Config) {}, fuse.CAP_PASSTHROUGH},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig(t)
+			cfg := copiesConfig(t)
 			tc.cfg(&cfg)
 			mp, d, p, _, want := passthroughMount(t, cfg, tc.caps)
 			path := filepath.Join(mp, p)
@@ -441,7 +441,7 @@ func TestFileCopiesCapacity(t *testing.T) {
 // Through a mount, the copies stay within a capacity smaller than the
 // image's files, and every file reads right whether or not it has one.
 func TestPassthroughCapacityOnMount(t *testing.T) {
-	cfg := testConfig(t)
+	cfg := copiesConfig(t)
 	cfg.FileCopies.Capacity = 1 << 20
 	mp, d, _, _, _ := passthroughMount(t, cfg, 0)
 	requirePassthrough(t, d)
@@ -492,4 +492,12 @@ func TestPassthroughCapacityOnMount(t *testing.T) {
 	if evicted == 0 || counter(d.metrics, "damselfly_mount_passthrough_opens_total") == 0 {
 		t.Errorf("%d evictions, %v passthrough opens: want both above 0", evicted, counter(d.metrics, "damselfly_mount_passthrough_opens_total"))
 	}
+}
+
+// copiesConfig is testConfig with file copies on (they are off by
+// default).
+func copiesConfig(t testing.TB) Config {
+	cfg := testConfig(t)
+	cfg.FileCopies.Enable = true
+	return cfg
 }
