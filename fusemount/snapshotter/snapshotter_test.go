@@ -379,8 +379,8 @@ func TestStartOnPull(t *testing.T) {
 	waitGone(t, pid)
 
 	// Pulled again, never used: kept through checks within the time,
-	// stopped by the first check after it.
-	s.startOnPull = time.Second
+	// stopped by the first check after it (the time made to pass by
+	// moving the daemon's keep into the past, not by sleeping).
 	unpack(t, s, ti.rafs, ti.digest, ti.layers)
 	pid = waitDaemon(t, s, ti.digest)
 	if err := s.syncDaemons(ctx, true); err != nil {
@@ -389,7 +389,14 @@ func TestStartOnPull(t *testing.T) {
 	if got := s.Daemons(); got[ti.digest] != pid {
 		t.Fatalf("daemons %v right after the pull, want %d kept for a first container", got, pid)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	s.daemons.mu.Lock()
+	for _, d := range s.daemons.m {
+		if d.kept.IsZero() {
+			t.Errorf("daemon %s not kept after a pull", d.id)
+		}
+		d.kept = time.Now().Add(-time.Millisecond)
+	}
+	s.daemons.mu.Unlock()
 	if err := s.syncDaemons(ctx, true); err != nil {
 		t.Fatal(err)
 	}
