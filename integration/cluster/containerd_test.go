@@ -1,16 +1,13 @@
 package cluster
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -118,34 +115,13 @@ func (c *containerd) stop() {
 	showLog(c.t, c.d.Proc())
 }
 
-// unmountUnder unmounts (lazily, deepest first) every mount below dir and
-// returns their mountpoints.
+// unmountUnder is harness.UnmountUnder, failing t for a mount it could
+// not detach.
 func unmountUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	under, err := harness.UnmountUnder(dir)
 	if err != nil {
 		t.Error(err)
-		return nil
-	}
-	defer f.Close()
-	var under []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		// Field 5 is the mountpoint, with space, tab, newline and
-		// backslash octal-escaped; dir has none of them.
-		if mp := fields[4]; strings.HasPrefix(mp, dir+"/") {
-			under = append(under, mp)
-		}
-	}
-	slices.SortFunc(under, func(a, b string) int { return len(b) - len(a) })
-	for _, mp := range under {
-		if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", mp, err)
-		}
 	}
 	return under
 }

@@ -279,34 +279,8 @@ func (s *snapshotterProc) start() {
 	s.p.waitLine("snapshotter ", 30*time.Second)
 }
 
-// mountDaemons returns the pids of live `damselfly mount` processes whose
-// mountpoint is under root.
-func mountDaemons(root string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if !slices.Contains(args, "mount") || !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, root+"/mounts/") }) {
-			continue
-		}
-		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-				continue
-			}
-		}
-		pids = append(pids, pid)
-	}
-	slices.Sort(pids)
-	return pids
-}
+// mountDaemons is harness.MountDaemons.
+func mountDaemons(root string) []int { return harness.MountDaemons(root) }
 
 // ctrdClient is a containerd client library (v2) connection to one of
 // the test's containerd daemons, in its own namespace.

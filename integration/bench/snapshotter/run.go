@@ -59,7 +59,7 @@ func (h *rig) run(ctx context.Context, name, link, mode string) (_ *runResult, e
 		return nil, err
 	}
 	defer func() {
-		if left := unmountUnder(dir); len(left) > 0 {
+		if left, _ := harness.UnmountUnder(dir); len(left) > 0 {
 			logf("  unmounted what the run left: %s", strings.Join(left, ", "))
 		}
 		if !h.o.keep && err == nil {
@@ -83,7 +83,7 @@ func (h *rig) run(ctx context.Context, name, link, mode string) (_ *runResult, e
 		return nil, err
 	}
 	defer func() {
-		if left := unmountUnder(snRoot); len(left) > 0 {
+		if left, _ := harness.UnmountUnder(snRoot); len(left) > 0 {
 			logf("  unmounted what the run left: %s", strings.Join(left, ", "))
 		}
 		os.RemoveAll(snRoot)
@@ -241,14 +241,14 @@ func (h *rig) stopSnapshotter(p *harness.Proc, root string) {
 	if err := p.Stop(); err != nil {
 		logf("  stop snapshotter: %v", err)
 	}
-	for _, pid := range mountDaemons(root) {
+	for _, pid := range harness.MountDaemons(root) {
 		syscall.Kill(pid, syscall.SIGTERM)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for len(mountDaemons(root)) > 0 && time.Now().Before(deadline) {
+	for len(harness.MountDaemons(root)) > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	for _, pid := range mountDaemons(root) {
+	for _, pid := range harness.MountDaemons(root) {
 		logf("  mount daemon %d did not exit on SIGTERM; killing it", pid)
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
