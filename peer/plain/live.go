@@ -440,14 +440,23 @@ func (s *Source) fetchAssigned(ctx context.Context, up registry.Ref, lv *live, p
 		}
 	}
 	lv.mu.Unlock()
+	if len(cs) == 0 {
+		// p's table named none of them (it could not be had): nothing
+		// was asked of p, so there is nothing to report of it; the
+		// assignment lapses at the scheduler.
+		return 0
+	}
 	cl := s.eng.Claim(up, key, lv.t.Blob, cs)
 	defer cl.Release()
 	cs = cl.Chunks()
 	if len(cs) == 0 {
-		// p's table named none of them (it could not be had), or reads
-		// are fetching them all: nothing was asked of p, so there is
-		// nothing to report of it; the assignment lapses at the
-		// scheduler.
+		// Reads are fetching them all: nothing is asked of p, which
+		// did nothing wrong. The assignment is reported done, with no
+		// bytes, so that p does not count as loaded with it until the
+		// scheduler's lease times out.
+		if ctx.Err() == nil {
+			s.router.Report(p.Info.ID, route.Outcome{Blob: key, OK: true})
+		}
 		return 0
 	}
 	asked := make(map[uint32]rafs.Chunk, len(cs))
