@@ -15,11 +15,12 @@ func newCheck(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check IMAGE|BOOTSTRAP",
 		Short: "Fetch and verify every chunk of a RAFS image; exit non-zero if any is missing or corrupt",
-		Args:  cobra.ExactArgs(1),
+		Args:  unlessPrintConfig(cobra.ExactArgs(1)),
 	}
 	f := cmd.Flags()
 	f.Int("parallel", 4, "blobs checked at once")
 	f.Bool("json", false, "print JSON")
+	f.Bool("print-config", false, "print the effective settings (file, environment, flags) and exit")
 	f.Bool("insecure", false, "plain HTTP to registries (automatic for loopback)")
 	f.String("platform", "", "os/arch[/variant] to pick from a multi-platform image")
 	f.String("blob-dir", "", "blob directory of a local bootstrap (default: its directory)")
@@ -31,6 +32,9 @@ func newCheck(g *globals) *cobra.Command {
 		}
 		if err := l.BindFlags(cmd.Flags()); err != nil {
 			return err
+		}
+		if l.Bool("print-config") {
+			return l.PrintSettings(cmd.OutOrStdout())
 		}
 		img, err := openImage(cmd, l, args[0])
 		if err != nil {

@@ -356,6 +356,29 @@ func TestCLISettings(t *testing.T) {
 	}
 }
 
+// TestCLIPrintConfig: every command that reads configuration prints its
+// effective settings with --print-config, with no other argument (it
+// needs no image or path), and the settings name a key of its own.
+func TestCLIPrintConfig(t *testing.T) {
+	t.Parallel()
+	for cmd, key := range map[string]string{
+		"peer": "proxy:", "scheduler": "listen:", "mount": "backend:", "snapshotter": "root:",
+		"convert": "chunk_size:", "demo": "scale:", "check": "parallel:", "unpack": "workers:", "inspect": "tree:",
+	} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			args := []string{cmd, "--print-config"}
+			if cmd == "scheduler" {
+				args = append(args, "--dir", t.TempDir())
+			}
+			r := mustRun(t, nil, args...)
+			if !strings.Contains(r.stdout, key) {
+				t.Errorf("%s --print-config: no %q in\n%s", cmd, key, r.stdout)
+			}
+		})
+	}
+}
+
 // TestCLIErrors: a failing command exits non-zero and says why on stderr.
 func TestCLIErrors(t *testing.T) {
 	t.Parallel()

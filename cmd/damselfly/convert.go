@@ -22,7 +22,7 @@ func newConvert(g *globals) *cobra.Command {
 		Long: `Convert reads SRC (oci:PATH[:TAG], docker-archive:PATH, docker://HOST/REPO:TAG)
 and writes a RAFS image to DST: one blob of compressed chunks per source layer
 and one bootstrap layer with the merged metadata of the whole image.`,
-		Args: cobra.ExactArgs(2),
+		Args: unlessPrintConfig(cobra.ExactArgs(2)),
 	}
 	f := cmd.Flags()
 	f.Int("chunk-size", rafs.DefaultChunkSize, "chunk size in bytes: a power of two from 64 KiB to 16 MiB")

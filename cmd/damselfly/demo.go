@@ -49,6 +49,7 @@ instead of a mount.`,
 	f.String("registry", "", "origin registry base URL, http(s)://host[:port] (default: one in this process)")
 	f.Float64("scale", 0.5, "sample image size factor (1 is about 60 MB)")
 	f.Bool("no-fuse", false, "read through the library view even where FUSE works")
+	f.Bool("print-config", false, "print the effective settings (file, environment, flags) and exit")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		l, err := configs.New(g.configFile, "demo")
 		if err != nil {
@@ -56,6 +57,9 @@ instead of a mount.`,
 		}
 		if err := l.BindFlags(cmd.Flags()); err != nil {
 			return err
+		}
+		if l.Bool("print-config") {
+			return l.PrintSettings(cmd.OutOrStdout())
 		}
 		scale, err := strconv.ParseFloat(l.String("scale"), 64)
 		if err != nil {

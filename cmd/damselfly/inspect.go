@@ -18,7 +18,7 @@ func newInspect(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect IMAGE|BOOTSTRAP",
 		Short: "Summarise a RAFS image: files, bytes, chunks, dedup, blobs, compression, prefetch",
-		Args:  cobra.ExactArgs(1),
+		Args:  unlessPrintConfig(cobra.ExactArgs(1)),
 	}
 	f := cmd.Flags()
 	f.Bool("tree", false, "also list every path with its type, mode, owner and size")

@@ -81,3 +81,14 @@ func (g *globals) logger() (*slog.Logger, error) {
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", g.logFormat)
 }
+
+// unlessPrintConfig is args, except that --print-config takes none:
+// printing a command's settings needs no image or path.
+func unlessPrintConfig(args cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, a []string) error {
+		if pc, err := cmd.Flags().GetBool("print-config"); err == nil && pc {
+			return nil
+		}
+		return args(cmd, a)
+	}
+}

@@ -27,7 +27,7 @@ the foreground. File contents are fetched when read: from memory, the node
 cache, the node's peer (backend.proxy) or the registry. The daemon exits when
 the mountpoint is unmounted by anyone, and unmounts on SIGTERM/SIGINT.
 Configuration (--config, nydusd-shaped) is documented in configs/mount.yaml.`,
-		Args: cobra.RangeArgs(1, 2),
+		Args: unlessPrintConfig(cobra.RangeArgs(1, 2)),
 	}
 	f := cmd.Flags()
 	f.StringVar(&bootstrap, "bootstrap", "", "mount a local bootstrap file instead of an image")

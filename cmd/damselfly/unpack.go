@@ -19,10 +19,11 @@ func newUnpack(g *globals) *cobra.Command {
 		Long: `Unpack writes every file of a RAFS image, verified chunk by chunk, into DEST:
 a new or empty directory, or a file ending in .tar. Nothing is written outside
 DEST, whatever the image holds; on failure DEST is removed again.`,
-		Args: cobra.ExactArgs(2),
+		Args: unlessPrintConfig(cobra.ExactArgs(2)),
 	}
 	f := cmd.Flags()
 	f.Int("workers", 8, "files written at once")
+	f.Bool("print-config", false, "print the effective settings (file, environment, flags) and exit")
 	f.Bool("insecure", false, "plain HTTP to registries (automatic for loopback)")
 	f.String("platform", "", "os/arch[/variant] to pick from a multi-platform image")
 	f.String("blob-dir", "", "blob directory of a local bootstrap (default: its directory)")
@@ -34,6 +35,9 @@ DEST, whatever the image holds; on failure DEST is removed again.`,
 		}
 		if err := l.BindFlags(cmd.Flags()); err != nil {
 			return err
+		}
+		if l.Bool("print-config") {
+			return l.PrintSettings(cmd.OutOrStdout())
 		}
 		log, err := g.logger()
 		if err != nil {
