@@ -9,7 +9,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -321,6 +324,20 @@ func TestNetCloseKillsLeftovers(t *testing.T) {
 	if err != nil {
 		n.Close()
 		t.Fatal(err)
+	}
+	// Start returns once nsenter runs, which may not have entered the
+	// namespace yet (seen on a loaded machine): wait until it has, or
+	// Close finds nothing to kill there.
+	in := func() bool {
+		out, err := exec.Command("ip", "netns", "pids", a.Netns()).Output()
+		return err == nil && slices.Contains(strings.Fields(string(out)), strconv.Itoa(p.Pid()))
+	}
+	for deadline := time.Now().Add(10 * time.Second); !in(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			p.Kill()
+			n.Close()
+			t.Fatal("the process did not enter the namespace within 10s")
+		}
 	}
 	if err := n.Close(); err == nil || !strings.Contains(err.Error(), "processes left") {
 		t.Errorf("Close with a process left: got %v, want it reported", err)
