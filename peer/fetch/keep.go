@@ -30,7 +30,7 @@ func (e *Engine) fromCache(g *group) {
 		if k := cache.KeyOf(c); !e.cache.Has(k) || !e.hold.PartOf(g.blob, k) {
 			continue
 		}
-		if sc, stored, ok := e.readCache(c); ok {
+		if sc, stored, ok := e.readCache(c, nil); ok {
 			if f := g.take(c.Ordinal); f != nil {
 				e.m.Delivered(SourceCache, len(stored))
 				hits = append(hits, hit{f, sc, stored})
