@@ -40,7 +40,11 @@ var zstdDecoder = sync.OnceValue(func() *zstd.Decoder {
 		zstd.WithDecoderMaxWindow(MaxChunkSize*2),
 		// Never decode past the chunk's size, also for a frame that
 		// does not declare its content size (see DecodeChunk).
-		zstd.WithDecodeAllCapLimit(true))
+		zstd.WithDecodeAllCapLimit(true),
+		// The chunk's digest is checked after decoding (or, for a digest
+		// of the stored bytes, before): a frame's own checksum, 32 bits of
+		// xxHash over the output, would only cost another pass over it.
+		zstd.IgnoreChecksum(true))
 	if err != nil {
 		panic(fmt.Sprintf("zstd decoder options: %v", err)) // static options: cannot fail
 	}
