@@ -192,13 +192,16 @@ func TestClaimHandsOverWhenStalled(t *testing.T) {
 
 // Progress puts the handover off.
 func TestClaimProgressDefersHandover(t *testing.T) {
-	r := newClaimRig(t, 80*time.Millisecond)
+	// Progress every 50 ms for 600 ms against a HedgeDelay of 500 ms:
+	// only a gap of 450 ms between two steps (a very loaded machine)
+	// could let the handover fire.
+	r := newClaimRig(t, 500*time.Millisecond)
 	close(r.o.gate)
 	cl := r.e.Claim(registry.Ref{}, r.blob, r.blob, r.chunks[:1])
 	defer cl.Release()
 	reading := r.read(t, 0)
-	for range 6 {
-		time.Sleep(30 * time.Millisecond)
+	for range 12 {
+		time.Sleep(50 * time.Millisecond)
 		cl.Progress()
 	}
 	if n := r.o.reads.Load(); n != 0 {
