@@ -52,6 +52,7 @@ type options struct {
 	runTimeout  time.Duration
 	timeout     time.Duration
 	keep        bool
+	bin         string
 }
 
 func main() {
@@ -68,6 +69,7 @@ func main() {
 	flag.DurationVar(&o.runTimeout, "run-timeout", 15*time.Minute, "bound on one run, start to stop")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "give up after this long")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (registry storage, caches, logs)")
+	flag.StringVar(&o.bin, "bin", "", "run this damselfly binary (another commit's, for side-by-side runs) instead of building ./cmd/damselfly")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -151,10 +153,16 @@ func run(ctx context.Context, o options, args string) (err error) {
 			b.logf("logs kept in %s", b.work)
 		}
 	}()
-	b.bin = filepath.Join(base, "bin", "damselfly")
-	b.logf("building %s", b.bin)
-	if err := harness.Build(ctx, b.root, b.bin, "./cmd/damselfly"); err != nil {
-		return err
+	if o.bin != "" {
+		if b.bin, err = filepath.Abs(o.bin); err != nil {
+			return err
+		}
+	} else {
+		b.bin = filepath.Join(base, "bin", "damselfly")
+		b.logf("building %s", b.bin)
+		if err := harness.Build(ctx, b.root, b.bin, "./cmd/damselfly"); err != nil {
+			return err
+		}
 	}
 	pi, err := b.prepareImage(ctx, b.regDir)
 	if err != nil {
