@@ -42,9 +42,12 @@ type Config struct {
 type Cache interface {
 	// Has reports whether an entry for k exists, without reading it.
 	Has(k cache.Key) bool
-	// Get returns k's entry: its metadata and stored bytes (into buf if
-	// it is big enough). It fails if there is none.
-	Get(k cache.Key, buf []byte) (cache.Meta, []byte, error)
+	// GetVerified returns k's entry: its metadata and stored bytes (into
+	// buf if it is big enough), checked with verify unless the cache
+	// knows them to be right already (it wrote or verified that very
+	// file). It fails if there is none, or if verify refuses the bytes
+	// (the entry is then removed).
+	GetVerified(k cache.Key, buf []byte, verify func(cache.Meta, []byte) error) (cache.Meta, []byte, error)
 	// PutChunk stores c's verified stored bytes under c's key.
 	PutChunk(c rafs.Chunk, stored []byte) error
 	// Remove deletes k's entry, if any.

@@ -142,26 +142,37 @@ var cachedPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // readCache reads c's stored bytes from the node cache into dst (grown
 // as needed; the result aliases it when it is large enough) and
-// verifies them. The chunk returned describes the stored form, which
-// may differ from c's. An entry that fails verification is removed.
+// verifies them, unless the cache vouches for them (this process wrote
+// or verified that very entry file: cache.GetVerified). The chunk
+// returned describes the stored form, which may differ from c's. An
+// entry that fails verification is removed.
 func (e *Engine) readCache(c rafs.Chunk, dst []byte) (rafs.Chunk, []byte, bool) {
-	meta, stored, err := e.cache.Get(cache.KeyOf(c), dst)
+	// The chunk as stored: the same content may be cached raw from one
+	// blob and compressed from another.
+	storedAs := func(m cache.Meta) rafs.Chunk {
+		sc := c
+		sc.Size = m.Size
+		sc.CompressedSize = m.StoredSize
+		if m.Compressed {
+			sc.Flags |= rafs.ChunkCompressed
+		} else {
+			sc.Flags &^= rafs.ChunkCompressed
+		}
+		return sc
+	}
+	meta, stored, err := e.cache.GetVerified(cache.KeyOf(c), dst, func(m cache.Meta, stored []byte) error {
+		// The entry is judged as what its header says it is (a request
+		// that gives another size is wrong, not the entry).
+		scratch := getScratch()
+		defer putScratch(scratch)
+		if err := rafs.VerifyChunk(storedAs(m), stored, scratch); err != nil {
+			e.log.Warn("cached chunk fails verification; removing it", "chunk", c.Digest, "err", err)
+			return err
+		}
+		return nil
+	})
 	if err != nil || meta.Size != c.Size {
 		return c, nil, false
 	}
-	sc := c
-	sc.CompressedSize = meta.StoredSize
-	if meta.Compressed {
-		sc.Flags |= rafs.ChunkCompressed
-	} else {
-		sc.Flags &^= rafs.ChunkCompressed
-	}
-	scratch := getScratch()
-	defer putScratch(scratch)
-	if err := rafs.VerifyChunk(sc, stored, scratch); err != nil {
-		e.log.Warn("cached chunk fails verification; removing it", "chunk", c.Digest, "err", err)
-		_ = e.cache.Remove(cache.KeyOf(c))
-		return c, nil, false
-	}
-	return sc, stored, true
+	return storedAs(meta), stored, true
 }

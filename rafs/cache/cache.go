@@ -83,6 +83,10 @@ type Cache struct {
 	// settled is signalled (with mu) whenever a write ends.
 	settled *sync.Cond
 
+	// vouched remembers the entry files whose bytes are known to be
+	// right (Meta.Vouched).
+	vouched vouched
+
 	n counters
 }
 
@@ -213,4 +217,5 @@ func (c *Cache) forget(k Key) {
 	c.idx.remove(k)
 	c.mu.Unlock()
 	c.hot.forget(k)
+	c.vouched.forget(k)
 }

@@ -171,7 +171,11 @@ func shortRead(err error) error {
 // The entry gets pm's file mode and group, and any directory it creates
 // pm's directory mode and group, before the rename: no other process
 // ever sees the entry with others.
-func writeEntry(p paths, pm perm, final string, h header, stored []byte, direct bool) error {
+//
+// It returns the state of the entry file it wrote, when it can tell
+// (zero otherwise): the file is its own inode, found at final after the
+// rename.
+func writeEntry(p paths, pm perm, final string, h header, stored []byte, direct bool) (fileID, error) {
 	flags := 0
 	if direct {
 		flags = syscall.O_DIRECT
@@ -180,12 +184,12 @@ func writeEntry(p paths, pm perm, final string, h header, stored []byte, direct 
 	f, tmp, err := createTemp(shard, h.key, flags, pm)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := pm.mkdirs(p.root, p.chunks, shard); err != nil {
-			return err
+			return fileID{}, err
 		}
 		f, tmp, err = createTemp(shard, h.key, flags, pm)
 	}
 	if err != nil {
-		return err
+		return fileID{}, err
 	}
 	if direct {
 		err = writeDirect(f, h, stored)
@@ -197,7 +201,23 @@ func writeEntry(p paths, pm perm, final string, h header, stored []byte, direct 
 			_, err = f.Write(stored)
 		}
 	}
-	return commitTemp(f, tmp, final, err)
+	var ours fileID
+	if err == nil {
+		if fi, serr := f.Stat(); serr == nil {
+			ours, _ = idOf(fi)
+		}
+	}
+	if err := commitTemp(f, tmp, final, err); err != nil {
+		return fileID{}, err
+	}
+	// The rename changed the file's ctime: take the state it has now,
+	// if the name still holds this very file.
+	if fi, err := os.Lstat(final); err == nil && ours != (fileID{}) {
+		if now, ok := idOf(fi); ok && now.dev == ours.dev && now.ino == ours.ino {
+			return now, nil
+		}
+	}
+	return fileID{}, nil
 }
 
 // commitTemp ends the write of a temporary file: it closes f and, if

@@ -31,11 +31,18 @@ const touchInterval = time.Minute
 // concurrent use, also with eviction: a file unlinked while it is read
 // stays readable.
 func (c *Cache) Get(k Key, dst []byte) (Meta, []byte, error) {
+	m, out, _, err := c.get(k, dst)
+	return m, out, err
+}
+
+// get is Get, also giving the state of the entry file the bytes were
+// read from: zero when they came from memory.
+func (c *Cache) get(k Key, dst []byte) (Meta, []byte, fileID, error) {
 	if c.closed.Load() {
-		return Meta{}, nil, ErrClosed
+		return Meta{}, nil, fileID{}, ErrClosed
 	}
 	if !k.valid() {
-		return Meta{}, nil, fmt.Errorf("%w: %s: unknown digest algorithm", ErrNotFound, k)
+		return Meta{}, nil, fileID{}, fmt.Errorf("%w: %s: unknown digest algorithm", ErrNotFound, k)
 	}
 	var m Meta
 	var out []byte
@@ -43,7 +50,7 @@ func (c *Cache) Get(k Key, dst []byte) (Meta, []byte, error) {
 		m, out = hm, append(dst[:0], stored...)
 		c.usedHot(k, kept)
 	}) {
-		return m, out, nil
+		return m, out, fileID{}, nil
 	}
 	path := c.paths.entry(k)
 	e, err := openEntry(path, k, c.direct.Load())
@@ -56,17 +63,70 @@ func (c *Cache) Get(k Key, dst []byte) (Meta, []byte, error) {
 	if err != nil && isNotExist(err) {
 		if m, out, ok := c.adoptLegacy(k, dst); ok {
 			c.n.hits.Add(1)
-			return m, out, nil
+			return m, out, fileID{}, nil
 		}
 	}
 	if err != nil {
 		c.n.misses.Add(1)
-		return Meta{}, nil, c.readFailed(k, path, e, err)
+		return Meta{}, nil, fileID{}, c.readFailed(k, path, e, err)
 	}
+	id, _ := idOf(e.fi)
 	c.used(k, path, e.fi)
 	c.n.hits.Add(1)
 	c.hot.keep(k, e.hdr.meta, out)
-	return e.hdr.meta, out, nil
+	return e.hdr.meta, out, id, nil
+}
+
+// GetVerified is Get for a caller that checks what it reads: verify
+// is called with the entry's bytes unless this Cache knows them to be
+// right already, because it wrote the entry file (Put's caller had
+// verified them) or an earlier GetVerified verified that same file, and
+// the file has not changed since (its inode and ctime: see vouch.go).
+// Bytes verify rejects make the entry corrupt: it is deleted (unless
+// replaced meanwhile), counted in Stats.Corrupt and reported as
+// ErrNotFound, so the caller fetches the chunk again. Bytes from memory
+// (Config.HotBytes) or from a legacy entry are always verified.
+func (c *Cache) GetVerified(k Key, dst []byte, verify func(Meta, []byte) error) (Meta, []byte, error) {
+	m, out, id, err := c.get(k, dst)
+	if err != nil {
+		return m, out, err
+	}
+	if id != (fileID{}) && c.vouched.has(k, id) {
+		c.n.vouchedHits.Add(1)
+		return m, out, nil
+	}
+	if verr := verify(m, out); verr != nil {
+		c.n.corrupt.Add(1)
+		c.forget(k)
+		if id != (fileID{}) {
+			c.removeIf(k, id)
+		} else {
+			_ = os.Remove(c.paths.entry(k))
+		}
+		c.log.Warn("cache: deleted entry that fails verification", "key", k, "err", verr)
+		return Meta{}, nil, fmt.Errorf("%w: %s: deleted entry that fails verification: %v", ErrNotFound, k, verr)
+	}
+	if id != (fileID{}) {
+		c.vouched.add(k, id)
+	}
+	return m, out, nil
+}
+
+// removeIf deletes k's entry file if it is still the one id describes
+// (not replaced by a fresh write since it was read).
+func (c *Cache) removeIf(k Key, id fileID) {
+	path := c.paths.entry(k)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return
+	}
+	if now, ok := idOf(fi); !ok || now.dev != id.dev || now.ino != id.ino {
+		return
+	}
+	if err := os.Remove(path); err != nil && !isNotExist(err) {
+		c.n.errors.Add(1)
+		c.log.Warn("cache: delete corrupt entry", "path", path, "err", err)
+	}
 }
 
 // usedHot records a hit on k served from hot memory, whose file's mtime

@@ -73,7 +73,7 @@ func (c *Cache) Put(k Key, m Meta, stored []byte) error {
 	if err := c.admit(size); err != nil {
 		return err
 	}
-	err := c.write(k, m, path, stored)
+	id, err := c.write(k, m, path, stored)
 	c.mu.Lock()
 	c.writing -= size
 	if err == nil {
@@ -88,6 +88,9 @@ func (c *Cache) Put(k Key, m Meta, stored []byte) error {
 	}
 	c.n.puts.Add(1)
 	c.hot.keep(k, m, stored)
+	if id != (fileID{}) {
+		c.vouched.add(k, id) // Put's caller verified stored
+	}
 	if over {
 		c.evictFromPut()
 	}
@@ -154,27 +157,27 @@ func (c *Cache) rescanForWrite(size int64) {
 // being deleted under it: a concurrent rm -rf makes mkdir, create and
 // rename fail with ENOENT, and MkdirAll with EEXIST when the directory it
 // found vanished before it could check it.
-func (c *Cache) write(k Key, m Meta, path string, stored []byte) error {
+func (c *Cache) write(k Key, m Meta, path string, stored []byte) (fileID, error) {
 	h := header{key: k, meta: m, payloadCRC: crc32.Checksum(stored, castagnoli)}
 	direct := c.direct.Load()
-	err := writeEntry(c.paths, c.perm, path, h, stored, direct)
+	id, err := writeEntry(c.paths, c.perm, path, h, stored, direct)
 	for attempt := 0; attempt < 4 && (isNotExist(err) || errors.Is(err, fs.ErrExist)); attempt++ {
-		err = writeEntry(c.paths, c.perm, path, h, stored, direct)
+		id, err = writeEntry(c.paths, c.perm, path, h, stored, direct)
 	}
 	if direct && err != nil && isDirectRefused(err) {
 		// The probe at Open passed, so this is one the device would not
 		// take (a file system mounted over the directory since, say).
 		c.n.directRefused.Add(1)
-		err = writeEntry(c.paths, c.perm, path, h, stored, false)
+		id, err = writeEntry(c.paths, c.perm, path, h, stored, false)
 	}
 	if err == nil {
-		return nil
+		return id, nil
 	}
 	c.n.errors.Add(1)
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return fmt.Errorf("cache: put %s: %w: %w", k, ErrNoSpace, err)
+		return fileID{}, fmt.Errorf("cache: put %s: %w: %w", k, ErrNoSpace, err)
 	}
-	return fmt.Errorf("cache: put %s: %w", k, err)
+	return fileID{}, fmt.Errorf("cache: put %s: %w", k, err)
 }
 
 // Remove deletes k's entry, for example after the caller found its bytes
