@@ -90,7 +90,7 @@ func (b *rig) prepareImage(ctx context.Context, regDir string) (*benchImage, err
 	}()
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, stepTimeout)
-	bi.Convert, err = harness.Convert(cctx, b.bin, "oci:"+layout+":"+tag, "docker://"+reg.Host()+"/"+bi.Repo+":rafs")
+	bi.Convert, err = harness.Convert(cctx, b.bin, "oci:"+layout+":"+tag, "docker://"+reg.Host()+"/"+bi.Repo+":rafs", b.o.convFlags...)
 	cancel()
 	if err != nil {
 		return nil, err

@@ -57,6 +57,7 @@ type options struct {
 	timeout     time.Duration
 	keep        bool
 	bin         string
+	convFlags   []string
 }
 
 func main() {
@@ -77,6 +78,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "give up after this long")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (registry storage, caches, logs)")
 	flag.StringVar(&o.bin, "bin", "", "run this damselfly binary (another commit's, for side-by-side runs) instead of building ./cmd/damselfly")
+	convFlags := flag.String("convert-flags", "", "flags added to the image's conversion, space-separated (a study: --digest blake3-stored, --level 4)")
 	flag.StringVar(&readerList, "reader-list", "", "internal: run as the reader of the files this file lists")
 	flag.StringVar(&readerRoot, "reader-root", "", "internal: the reader's mount")
 	flag.IntVar(&readerWorkers, "reader-workers", 1, "internal: the reader's parallel reads")
@@ -87,6 +89,7 @@ func main() {
 		if readerList != "" {
 			return readerMain(ctx, readerList, readerRoot, readerWorkers)
 		}
+		o.convFlags = strings.Fields(*convFlags)
 		var err error
 		if o.nodes, err = parseInts(nodes); err != nil {
 			return err
