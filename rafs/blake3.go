@@ -1,6 +1,7 @@
 package rafs
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"sync"
 
@@ -49,6 +50,34 @@ type blake3Progress struct {
 	stack   [64][8]uint32 // stack[h]: a subtree of height h, if counter's bit h is set
 	counter uint64        // chunks hashed into the stack
 	done    int           // bytes hashed into the stack
+	// key, when not nil, makes this BLAKE3's keyed hash under it (its
+	// words, little endian); set it before the first advance.
+	key *[8]uint32
+}
+
+// params are the key words and domain flags every compression of h uses.
+func (h *blake3Progress) params() (*[8]uint32, uint32) {
+	if h.key != nil {
+		return h.key, guts.FlagKeyedHash
+	}
+	return &guts.IV, 0
+}
+
+// blake3KeyWords turns a 32-byte BLAKE3 key into the words the
+// compression function takes.
+func blake3KeyWords(k Digest) [8]uint32 {
+	var w [8]uint32
+	for i := range w {
+		w[i] = binary.LittleEndian.Uint32(k[4*i:])
+	}
+	return w
+}
+
+// blake3KeyedSum is blake3Sum for BLAKE3's keyed hash under key.
+func blake3KeyedSum(key *[8]uint32, b []byte) Digest {
+	h := blake3Progress{key: key}
+	h.advance(b, len(b))
+	return h.finish(b)
 }
 
 // advance hashes the groups of in that lie within its first filled bytes,
@@ -60,12 +89,13 @@ func (h *blake3Progress) advance(in []byte, filled int) { h.advanceOf(in, filled
 // first len(in) (at least filled): the input may arrive in a buffer that
 // grows as it does.
 func (h *blake3Progress) advanceOf(in []byte, filled, total int) {
+	key, flags := h.params()
 	for h.done+blake3GroupSize <= filled && h.done+blake3GroupSize < total {
 		g := (*[blake3GroupSize]byte)(in[h.done:])
-		cv := guts.ChainingValue(guts.CompressBuffer(g, blake3GroupSize, &guts.IV, h.counter, 0))
+		cv := guts.ChainingValue(guts.CompressBuffer(g, blake3GroupSize, key, h.counter, flags))
 		ht := blake3GroupHeight
 		for ; h.counter&(1<<ht) != 0; ht++ {
-			cv = guts.ChainingValue(guts.ParentNode(h.stack[ht], cv, &guts.IV, 0))
+			cv = guts.ChainingValue(guts.ParentNode(h.stack[ht], cv, key, flags))
 		}
 		h.stack[ht] = cv
 		h.counter += blake3GroupChunks
@@ -77,20 +107,21 @@ func (h *blake3Progress) advanceOf(in []byte, filled, total int) {
 // digest of in.
 func (h *blake3Progress) finish(in []byte) Digest {
 	h.advance(in, len(in))
+	key, flags := h.params()
 	last := in[h.done:]
 	var n guts.Node
 	if len(last) == blake3GroupSize {
-		n = guts.CompressBuffer((*[blake3GroupSize]byte)(last), len(last), &guts.IV, h.counter, 0)
+		n = guts.CompressBuffer((*[blake3GroupSize]byte)(last), len(last), key, h.counter, flags)
 	} else {
 		tail := blake3Tails.Get().(*[blake3GroupSize]byte)
 		copy(tail[:], last)
 		clear(tail[len(last):])
-		n = guts.CompressBuffer(tail, len(last), &guts.IV, h.counter, 0)
+		n = guts.CompressBuffer(tail, len(last), key, h.counter, flags)
 		blake3Tails.Put(tail)
 	}
 	for ht := bits.TrailingZeros64(h.counter); ht < bits.Len64(h.counter); ht++ {
 		if h.counter&(1<<ht) != 0 {
-			n = guts.ParentNode(h.stack[ht], guts.ChainingValue(n), &guts.IV, 0)
+			n = guts.ParentNode(h.stack[ht], guts.ChainingValue(n), key, flags)
 		}
 	}
 	n.Flags |= guts.FlagRoot

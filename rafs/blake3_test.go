@@ -38,6 +38,44 @@ func TestBlake3SumMatchesLibrary(t *testing.T) {
 	}
 }
 
+// TestBlake3KeyedSumMatchesLibrary checks the keyed hash that
+// DigestStoredBlake3 gives compressed chunks against the library's keyed
+// hasher, at lengths around the chunk, group and tree boundaries, and
+// that StoredSum keys exactly the compressed form.
+func TestBlake3KeyedSumMatchesLibrary(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	data := make([]byte, 2<<20+5)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	key := blake3Sum([]byte("damselfly rafs: zstd frame of a chunk, v1"))
+	if kw := blake3KeyWords(key); kw != storedFrameKey {
+		t.Fatalf("storedFrameKey %x, want the words of %x", storedFrameKey, key)
+	}
+	keyed := func(b []byte) Digest {
+		h := blake3.New(32, key[:])
+		h.Write(b)
+		return Digest(h.Sum(nil))
+	}
+	lengths := []int{0, 1, 64, 1023, 1024, 1025, len(data)}
+	for _, edge := range []int{16 << 10, 32 << 10, 64 << 10, 1 << 20} {
+		for d := -1; d <= 1; d++ {
+			lengths = append(lengths, edge+d)
+		}
+	}
+	for range 50 {
+		lengths = append(lengths, rng.IntN(len(data)+1))
+	}
+	for _, n := range lengths {
+		if got, want := StoredSum(true, data[:n]), keyed(data[:n]); got != want {
+			t.Fatalf("length %d: got %x, want %x", n, got, want)
+		}
+		if got, want := StoredSum(false, data[:n]), Digest(blake3.Sum256(data[:n])); got != want {
+			t.Fatalf("raw, length %d: got %x, want %x", n, got, want)
+		}
+	}
+}
+
 // FuzzBlake3Sum checks the single-goroutine hash against the library's on
 // arbitrary inputs.
 func FuzzBlake3Sum(f *testing.F) {

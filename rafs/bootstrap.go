@@ -128,7 +128,7 @@ func parseHeader(sb []byte) (*Bootstrap, uint64, error) {
 		return nil, 0, corruptf("unknown compressor %d", sb[20])
 	}
 	b.digest = DigestAlgo(sb[21])
-	if b.digest != DigestSHA256 && b.digest != DigestBlake3 {
+	if !b.digest.Valid() {
 		return nil, 0, corruptf("unknown digest algorithm %d", sb[21])
 	}
 	if le.Uint16(sb[22:]) != 0 {
@@ -502,8 +502,8 @@ func (b *Bootstrap) Chunk(i uint32) (Chunk, error) {
 		Ordinal:          le.Uint32(r[56:]),
 	}
 	copy(c.Digest[:], r[0:32])
-	if c.Flags&^knownChunkFlags != 0 {
-		return Chunk{}, corruptf("chunk %d: unknown flags %#x", i, c.Flags)
+	if err := CheckChunkFlags(c.Flags); err != nil {
+		return Chunk{}, corruptf("chunk %d: %v", i, err)
 	}
 	if c.Algo() != b.digest {
 		return Chunk{}, corruptf("chunk %d: digested with %s in a bootstrap of %s digests", i, c.Algo(), b.digest)

@@ -46,7 +46,10 @@ type BuildOptions struct {
 	// default, DefaultBatchSize (capped at the chunk size); -1 disables.
 	BatchSize int
 	// Dict is a chunk dictionary: chunks it holds are referenced in its
-	// blobs instead of being stored again.
+	// blobs instead of being stored again. It must use Digest. With
+	// DigestStoredBlake3 a chunk matches only when compressed to the
+	// same bytes: a dictionary converted at another Level matches raw
+	// chunks only.
 	Dict *Bootstrap
 	// Prefetch lists paths or path.Match globs (absolute, from the image
 	// root) of files to put in the prefetch table; a directory stands for
@@ -127,7 +130,7 @@ func (o *BuildOptions) defaults() error {
 	switch o.Digest {
 	case 0:
 		o.Digest = DefaultDigest
-	case DigestSHA256, DigestBlake3:
+	case DigestSHA256, DigestBlake3, DigestStoredBlake3:
 	default:
 		return fmt.Errorf("unknown digest algorithm %d", o.Digest)
 	}
@@ -155,13 +158,13 @@ func (o *BuildOptions) compressor() Compressor {
 type builder struct {
 	opts       BuildOptions
 	chunks     []Chunk
-	chunkIdx   map[Digest]uint32
+	chunkIdx   map[Digest]uint32 // by piece key: the digest of the content
 	blobs      []Blob
 	layerBlobs []int
-	dictBlobs  map[uint32]int // dict blob index -> our blob index
-	dict       map[Digest]Chunk
+	dictBlobs  map[uint32]int   // dict blob index -> our blob index
+	dict       map[Digest]Chunk // by chunk digest
 	pieceChunk []uint32
-	seen       sync.Map // digests already stored or in the dictionary
+	seen       sync.Map // keys already stored, and digests of content in the dictionary
 	stats      BuildStats
 	hot        *prefetchSet // files whose chunks go to the prefetch blob
 	hotBlob    int          // the prefetch blob's index in blobs, or -1
@@ -301,7 +304,12 @@ func (b *builder) loadDict() error {
 		}
 		if _, ok := b.dict[c.Digest]; !ok {
 			b.dict[c.Digest] = c
-			b.seen.Store(c.Digest, struct{}{})
+			// A digest of content is a piece's key: a piece the
+			// dictionary holds need not be compressed. A digest of
+			// stored bytes is known only after compressing.
+			if !c.StoredDigest() {
+				b.seen.Store(c.Digest, struct{}{})
+			}
 		}
 	}
 	return nil
@@ -560,14 +568,16 @@ func (b *builder) finishBlob(w *blobWriter) error {
 
 // place returns the chunk index for a piece, storing it if it is new.
 func (b *builder) place(p *piece, bw **blobWriter) (uint32, error) {
-	if idx, ok := b.chunkIdx[p.digest]; ok {
+	if idx, ok := b.chunkIdx[p.key]; ok {
 		return idx, nil
 	}
 	if len(b.chunks) >= MaxChunks {
 		return 0, fmt.Errorf("more than %d unique chunks", MaxChunks)
 	}
 	idx := uint32(len(b.chunks))
-	if dc, ok := b.dict[p.digest]; ok {
+	// With DigestStoredBlake3 the dictionary matches only a chunk
+	// compressed to the same frame: at the same level (FORMAT.md).
+	if dc, ok := b.dict[p.digest]; ok && dc.Size == uint32(len(*p.buf)) {
 		bi, ok := b.dictBlobs[dc.Blob]
 		if !ok {
 			db, err := b.opts.Dict.Blob(dc.Blob)
@@ -581,7 +591,7 @@ func (b *builder) place(p *piece, bw **blobWriter) (uint32, error) {
 		}
 		dc.Index, dc.Blob = idx, uint32(bi)
 		b.chunks = append(b.chunks, dc)
-		b.chunkIdx[p.digest] = idx
+		b.chunkIdx[p.key] = idx
 		b.stats.DictChunks++
 		return idx, nil
 	}
@@ -608,8 +618,8 @@ func (b *builder) place(p *piece, bw **blobWriter) (uint32, error) {
 	c := Chunk{Index: idx, Digest: p.digest, Blob: (*bw).index, Flags: flags,
 		CompressedOffset: off, CompressedSize: uint32(len(stored)), Size: uint32(len(*p.buf)), Ordinal: ordinal}
 	b.chunks = append(b.chunks, c)
-	b.chunkIdx[p.digest] = idx
-	b.seen.Store(p.digest, struct{}{})
+	b.chunkIdx[p.key] = idx
+	b.seen.Store(p.key, struct{}{})
 	b.stats.NewChunks++
 	return idx, nil
 }

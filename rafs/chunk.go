@@ -54,7 +54,9 @@ var zstdDecoder = sync.OnceValue(func() *zstd.Decoder {
 // DecodeChunk turns the stored bytes of c into its content in dst
 // (len(dst) == int(c.Size)) and verifies the digest. A stored chunk that
 // inflates beyond its recorded size is refused without decoding more than
-// that size into anything but dst.
+// that size into anything but dst. With DigestStoredBlake3 the stored
+// bytes are checked first, and bytes that fail are not decoded; the
+// content is then what those bytes decode to, and is not hashed.
 func DecodeChunk(c Chunk, stored, dst []byte) error {
 	if len(dst) != int(c.Size) {
 		return fmt.Errorf("chunk %s: buffer of %d bytes for %d", c.Digest, len(dst), c.Size)
@@ -64,6 +66,12 @@ func DecodeChunk(c Chunk, stored, dst []byte) error {
 	}
 	if len(stored) != int(c.CompressedSize) {
 		return fmt.Errorf("chunk %s: %d stored bytes, want %d", c.Digest, len(stored), c.CompressedSize)
+	}
+	byStored := c.StoredDigest()
+	if byStored {
+		if StoredSum(c.Compressed(), stored) != c.Digest {
+			return fmt.Errorf("chunk %s: %w (of its stored bytes)", c.Digest, ErrDigestMismatch)
+		}
 	}
 	if !c.Compressed() {
 		copy(dst, stored)
@@ -85,7 +93,7 @@ func DecodeChunk(c Chunk, stored, dst []byte) error {
 			return fmt.Errorf("chunk %s: %w: inflated to %d bytes, want %d", c.Digest, ErrDigestMismatch, len(out), c.Size)
 		}
 	}
-	if c.Algo().Sum(dst) != c.Digest {
+	if !byStored && c.Algo().Sum(dst) != c.Digest {
 		return fmt.Errorf("chunk %s: %w", c.Digest, ErrDigestMismatch)
 	}
 	return nil
@@ -93,9 +101,29 @@ func DecodeChunk(c Chunk, stored, dst []byte) error {
 
 // VerifyChunk checks stored, chunk c as a blob stores it, against
 // c.Digest without keeping the plain bytes: a raw chunk is hashed where
-// it lies (no copy), a compressed one is decoded into *scratch (grown
-// as needed) and checked as DecodeChunk does.
+// it lies (no copy); a compressed one is decoded into *scratch (grown
+// as needed) and checked as DecodeChunk does, unless its digest is of
+// its stored bytes (DigestStoredBlake3): then only those are hashed,
+// nothing is decoded and scratch is not used (it may be nil).
+//
+// Bytes that pass with DigestStoredBlake3 are the chunk's as the image
+// stores them, which is all a peer passing them on needs; whether a
+// compressed chunk's frame decodes to its size is DecodeChunk's to
+// find, when a reader decodes it.
 func VerifyChunk(c Chunk, stored []byte, scratch *[]byte) error {
+	if c.StoredDigest() {
+		switch {
+		case len(stored) != int(c.CompressedSize):
+			return fmt.Errorf("chunk %s: %d stored bytes, want %d", c.Digest, len(stored), c.CompressedSize)
+		case c.Compressed() && c.Size == 0:
+			return fmt.Errorf("chunk %s: %w: compressed empty chunk", c.Digest, ErrDigestMismatch)
+		case !c.Compressed() && len(stored) != int(c.Size):
+			return fmt.Errorf("chunk %s: %d stored bytes of a raw chunk of %d", c.Digest, len(stored), c.Size)
+		case StoredSum(c.Compressed(), stored) != c.Digest:
+			return fmt.Errorf("chunk %s: %w (of its stored bytes)", c.Digest, ErrDigestMismatch)
+		}
+		return nil
+	}
 	if c.Compressed() {
 		if cap(*scratch) < int(c.Size) {
 			*scratch = make([]byte, c.Size)
@@ -135,6 +163,8 @@ func (s *BlobChunkSource) ReadChunk(ctx context.Context, c Chunk, dst []byte) er
 		if err := s.Blobs.ReadBlob(ctx, blob, int64(c.CompressedOffset), dst); err != nil {
 			return fmt.Errorf("read chunk %s from blob %s: %w", c.Digest, blob.Digest, err)
 		}
+		// A raw chunk's stored bytes are its content: every algorithm's
+		// digest of them is Sum's.
 		if c.Algo().Sum(dst) != c.Digest {
 			return fmt.Errorf("chunk %s from blob %s: %w", c.Digest, blob.Digest, ErrDigestMismatch)
 		}

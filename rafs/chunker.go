@@ -22,25 +22,36 @@ type piece struct {
 	// end marks the end of a layer instead of content.
 	end bool
 
-	done       chan struct{}
+	done chan struct{}
+	// key is the digest of the content (algo.Sum): the builder dedups
+	// by it. digest is the chunk record's: key, but with
+	// DigestStoredBlake3 that of the stored bytes, known only once
+	// compressed (so unset, and not needed, for a piece skipped as a
+	// duplicate of one already stored).
+	key        Digest
 	digest     Digest
 	stored     []byte // compressed bytes, or nil when stored raw or skipped
 	compressed bool
 }
 
 // hashAndCompress is a worker's job on one piece. seen lets it skip
-// compressing chunks the writer already stored.
+// compressing chunks the writer already stored (or, unless algo is
+// DigestStoredBlake3, that the dictionary holds), by key.
 func hashAndCompress(p *piece, algo DigestAlgo, enc *zstd.Encoder, seen *sync.Map, out []byte) []byte {
 	data := *p.buf
-	p.digest = algo.Sum(data)
+	p.key = algo.Sum(data)
+	p.digest = p.key // a raw chunk's, under every algorithm
 	p.stored = nil
-	if _, dup := seen.Load(p.digest); dup || enc == nil {
+	if _, dup := seen.Load(p.key); dup || enc == nil {
 		return out
 	}
 	out = enc.EncodeAll(data, out[:0])
 	if len(out) < len(data) {
 		p.stored = out
 		p.compressed = true
+		if algo == DigestStoredBlake3 {
+			p.digest = StoredSum(true, out)
+		}
 	}
 	return out
 }

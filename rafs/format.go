@@ -110,6 +110,15 @@ const (
 	// converter, by each peer that receives it and by each mount that
 	// reads it.
 	DigestBlake3 DigestAlgo = 2
+	// DigestStoredBlake3 is BLAKE3-256 of a chunk's stored bytes, not of
+	// its content: a raw chunk's digest is BLAKE3 of its bytes, a
+	// compressed chunk's is BLAKE3 keyed with storedFrameKey of its zstd
+	// frame (StoredSum). A peer verifies such a chunk by hashing the
+	// stored bytes, about a third of the content, and never decodes it;
+	// a mount hashes the stored bytes and decodes them once. The price:
+	// a chunk's identity depends on the compression level, so images
+	// converted at different levels share no compressed chunks.
+	DigestStoredBlake3 DigestAlgo = 3
 )
 
 // String names the algorithm as the command line does.
@@ -119,6 +128,8 @@ func (a DigestAlgo) String() string {
 		return "sha256"
 	case DigestBlake3:
 		return "blake3"
+	case DigestStoredBlake3:
+		return "blake3-stored"
 	}
 	return fmt.Sprintf("digest-%d", uint8(a))
 }
@@ -130,24 +141,57 @@ func ParseDigestAlgo(s string) (DigestAlgo, error) {
 		return DigestSHA256, nil
 	case "blake3":
 		return DigestBlake3, nil
+	case "blake3-stored":
+		return DigestStoredBlake3, nil
 	}
-	return 0, fmt.Errorf("unknown digest algorithm %q (want blake3 or sha256)", s)
+	return 0, fmt.Errorf("unknown digest algorithm %q (want blake3, blake3-stored or sha256)", s)
 }
 
-// Sum returns the digest of data under a.
+// Valid reports whether a is an algorithm this package knows.
+func (a DigestAlgo) Valid() bool {
+	return a == DigestSHA256 || a == DigestBlake3 || a == DigestStoredBlake3
+}
+
+// Sum returns the digest under a of a raw chunk whose content is data.
+// For DigestSHA256 and DigestBlake3 that is the digest of data as content
+// whatever its form; for DigestStoredBlake3 the digest of a compressed
+// chunk is StoredSum's of its frame, not Sum's of its content.
 func (a DigestAlgo) Sum(data []byte) Digest {
-	if a == DigestBlake3 {
-		return blake3Sum(data)
+	if a == DigestSHA256 {
+		return sha256.Sum256(data)
 	}
-	return sha256.Sum256(data)
+	return blake3Sum(data)
 }
 
 // flag is the chunk flag a chunk digested by a carries.
 func (a DigestAlgo) flag() uint32 {
-	if a == DigestBlake3 {
+	switch a {
+	case DigestBlake3:
 		return ChunkBlake3
+	case DigestStoredBlake3:
+		return ChunkStoredDigest
 	}
 	return 0
+}
+
+// storedFrameKey keys the BLAKE3 hash of a compressed chunk's frame
+// under DigestStoredBlake3: BLAKE3-256 of "damselfly rafs: zstd frame of
+// a chunk, v1", as eight little-endian words. A raw chunk's digest is
+// unkeyed BLAKE3 of its bytes; without the key, a raw chunk whose bytes
+// happen to be a zstd frame and the compressed chunk stored as that
+// frame would have one digest and two contents, and a cache or a peer
+// holding one could answer for the other. Keyed, the digest names the
+// bytes and how to read them.
+var storedFrameKey = blake3KeyWords(blake3Sum([]byte("damselfly rafs: zstd frame of a chunk, v1")))
+
+// StoredSum is the DigestStoredBlake3 digest of a chunk stored as the
+// bytes stored: keyed BLAKE3 (storedFrameKey) of a zstd frame when
+// compressed, plain BLAKE3 of the raw bytes otherwise.
+func StoredSum(compressed bool, stored []byte) Digest {
+	if compressed {
+		return blake3KeyedSum(&storedFrameKey, stored)
+	}
+	return blake3Sum(stored)
 }
 
 // Chunk flags.
@@ -159,9 +203,29 @@ const (
 	// Every chunk of a bootstrap carries it exactly when the superblock
 	// names DigestBlake3, so a chunk's description alone says how to
 	// verify it, wherever it travels (peer requests, the batch API).
-	ChunkBlake3     uint32 = 1 << 1
-	knownChunkFlags        = ChunkCompressed | ChunkBlake3
+	ChunkBlake3 uint32 = 1 << 1
+	// ChunkStoredDigest marks a chunk whose digest is DigestStoredBlake3's:
+	// BLAKE3 of its stored bytes (StoredSum). Every chunk of a bootstrap
+	// carries it exactly when the superblock names DigestStoredBlake3. It
+	// excludes ChunkBlake3: a chunk with both is invalid everywhere.
+	ChunkStoredDigest uint32 = 1 << 2
+	knownChunkFlags          = ChunkCompressed | ChunkBlake3 | ChunkStoredDigest
+	// ChunkAlgoFlags are the flags that name a chunk's digest algorithm;
+	// at most one of them may be set.
+	ChunkAlgoFlags = ChunkBlake3 | ChunkStoredDigest
 )
+
+// CheckChunkFlags reports flags a chunk may not carry: unknown bits, or
+// both algorithm bits.
+func CheckChunkFlags(flags uint32) error {
+	if flags&^knownChunkFlags != 0 {
+		return fmt.Errorf("unknown chunk flags %#x", flags&^knownChunkFlags)
+	}
+	if flags&ChunkAlgoFlags == ChunkAlgoFlags {
+		return fmt.Errorf("chunk flags %#x name two digest algorithms", flags)
+	}
+	return nil
+}
 
 // Ino is an inode number, 1-based; RootIno is the root.
 type Ino uint32
@@ -204,7 +268,8 @@ func unhex(c byte) (byte, bool) {
 }
 
 // Chunk is one entry of the chunk table: where a chunk's stored bytes live
-// and the digest of its uncompressed bytes, which is its identity.
+// and its digest, which is its identity: of its uncompressed bytes, or
+// with DigestStoredBlake3 of its stored bytes (Algo says which).
 type Chunk struct {
 	Index            uint32 // position in the chunk table
 	Digest           Digest
@@ -223,13 +288,22 @@ type Chunk struct {
 // Compressed reports whether the stored bytes must be decompressed.
 func (c Chunk) Compressed() bool { return c.Flags&ChunkCompressed != 0 }
 
-// Algo is the algorithm of c's digest.
+// Algo is the algorithm of c's digest. Flags with both algorithm bits
+// (which CheckChunkFlags refuses, and every decoder with it) read as
+// DigestBlake3.
 func (c Chunk) Algo() DigestAlgo {
-	if c.Flags&ChunkBlake3 != 0 {
+	switch {
+	case c.Flags&ChunkBlake3 != 0:
 		return DigestBlake3
+	case c.Flags&ChunkStoredDigest != 0:
+		return DigestStoredBlake3
 	}
 	return DigestSHA256
 }
+
+// StoredDigest reports whether c's digest is of its stored bytes
+// (DigestStoredBlake3), so that checking them needs no decoding.
+func (c Chunk) StoredDigest() bool { return c.Algo() == DigestStoredBlake3 }
 
 // Segment is the part of a chunk that holds one stretch of a file: all of
 // it for a file's own chunks, a slice of it for a small file batched with

@@ -83,7 +83,7 @@ type goldenImage struct {
 
 func goldenImages() []goldenImage {
 	cs := MinChunkSize
-	return []goldenImage{{
+	imgs := []goldenImage{{
 		// One layer of every entry type and metadata the format keeps,
 		// zstd chunks named by BLAKE3 (the defaults).
 		name: "one-layer",
@@ -182,6 +182,13 @@ func goldenImages() []goldenImage {
 			}
 		},
 	}}
+	// The first image again with chunks named by BLAKE3 of their stored
+	// bytes: its raw and compressed chunks, and the zeros referenced
+	// twice, which must still be stored once.
+	stored := imgs[0]
+	stored.name = "one-layer-stored"
+	stored.opts.Digest = DigestStoredBlake3
+	return append(imgs, stored)
 }
 
 // TestGoldenBootstraps pins the builder's output byte for byte: each

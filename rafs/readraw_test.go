@@ -38,7 +38,7 @@ func TestReadRawChunk(t *testing.T) {
 		data[i] = byte(rng.Uint32())
 	}
 	lengths := []int{1, 63, 1023, 1024, 1025, 16 << 10, 16<<10 + 1, 64 << 10, 64<<10 + 1, readRawStep*3 - 1, 1 << 20, len(data)}
-	for _, algo := range []DigestAlgo{DigestBlake3, DigestSHA256} {
+	for _, algo := range []DigestAlgo{DigestBlake3, DigestSHA256, DigestStoredBlake3} {
 		for _, n := range lengths {
 			c := rawChunk(algo, data[:n])
 			for _, r := range []io.Reader{
