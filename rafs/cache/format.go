@@ -19,16 +19,24 @@ import (
 // any other version, keep reading it; only a BLAKE3 entry, which they
 // never look up by its name (see paths.go), is version 2, and a version
 // 2 header without the flag is refused: one key, one encoding.
+//
+// Version 3 added flag bit 2, the digest is BLAKE3 of the stored bytes
+// (rafs.DigestStoredBlake3), set exactly in version 3 and never with bit
+// 1. Only such entries are version 3, under their own name (paths.go),
+// which processes of earlier releases never open.
 const (
 	magic      = "DFLYCHNK"
 	version1   = 1
 	version2   = 2
+	version3   = 3
 	headerSize = 64
 
 	flagCompressed uint16 = 1 << 0
 	flagBlake3     uint16 = 1 << 1
+	flagStored     uint16 = 1 << 2
 	knownFlagsV1          = flagCompressed
 	knownFlagsV2          = flagCompressed | flagBlake3
+	knownFlagsV3          = flagCompressed | flagStored
 
 	// maxStored bounds the stored bytes of one entry, and so with the
 	// header the size of any file the cache reads.
@@ -76,9 +84,13 @@ func encodeHeader(b *[headerSize]byte, h header) {
 	if h.meta.Compressed {
 		flags |= flagCompressed
 	}
-	if h.key.Algo == rafs.DigestBlake3 {
+	switch h.key.Algo {
+	case rafs.DigestBlake3:
 		flags |= flagBlake3
 		version = version2
+	case rafs.DigestStoredBlake3:
+		flags |= flagStored
+		version = version3
 	}
 	le.PutUint16(b[offVersion:], version)
 	le.PutUint16(b[offFlags:], flags)
@@ -106,8 +118,10 @@ func decodeHeader(b []byte) (header, error) {
 	case version1:
 	case version2:
 		known = knownFlagsV2
+	case version3:
+		known = knownFlagsV3
 	default:
-		return header{}, corruptf("version %d, want %d or %d", v, version1, version2)
+		return header{}, corruptf("version %d, want %d, %d or %d", v, version1, version2, version3)
 	}
 	flags := le.Uint16(b[offFlags:])
 	if flags&^known != 0 {
@@ -115,6 +129,9 @@ func decodeHeader(b []byte) (header, error) {
 	}
 	if known == knownFlagsV2 && flags&flagBlake3 == 0 {
 		return header{}, corruptf("version 2 for a SHA-256 entry")
+	}
+	if known == knownFlagsV3 && flags&flagStored == 0 {
+		return header{}, corruptf("version 3 without its algorithm's flag")
 	}
 	if r := le.Uint32(b[offReserved:]); r != 0 {
 		return header{}, corruptf("reserved field %#x, want 0", r)
@@ -128,8 +145,11 @@ func decodeHeader(b []byte) (header, error) {
 		payloadCRC: le.Uint32(b[offPayloadCRC:]),
 	}
 	h.key.Algo = rafs.DigestSHA256
-	if flags&flagBlake3 != 0 {
+	switch {
+	case flags&flagBlake3 != 0:
 		h.key.Algo = rafs.DigestBlake3
+	case flags&flagStored != 0:
+		h.key.Algo = rafs.DigestStoredBlake3
 	}
 	copy(h.key.Digest[:], b[offDigest:])
 	if err := h.meta.check(); err != nil {

@@ -21,18 +21,24 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{"largest", Meta{Size: rafs.MaxChunkSize, StoredSize: rafs.MaxChunkSize}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			want := header{key: fakeDigest(7), meta: tt.meta, payloadCRC: 0xdeadbeef}
-			var b [headerSize]byte
-			encodeHeader(&b, want)
-			got, err := decodeHeader(b[:])
-			if err != nil {
-				t.Fatalf("decode: %v", err)
-			}
-			if got != want {
-				t.Errorf("got %+v, want %+v", got, want)
-			}
-		})
+		for _, algo := range []rafs.DigestAlgo{rafs.DigestSHA256, rafs.DigestBlake3, rafs.DigestStoredBlake3} {
+			t.Run(tt.name+"/"+algo.String(), func(t *testing.T) {
+				want := header{key: Key{Algo: algo, Digest: fakeDigest(7).Digest}, meta: tt.meta, payloadCRC: 0xdeadbeef}
+				var b [headerSize]byte
+				encodeHeader(&b, want)
+				got, err := decodeHeader(b[:])
+				if err != nil {
+					t.Fatalf("decode: %v", err)
+				}
+				if got != want {
+					t.Errorf("got %+v, want %+v", got, want)
+				}
+				if v, wantV := binary.LittleEndian.Uint16(b[offVersion:]), map[rafs.DigestAlgo]uint16{
+					rafs.DigestSHA256: 1, rafs.DigestBlake3: 2, rafs.DigestStoredBlake3: 3}[algo]; v != wantV {
+					t.Errorf("version %d, want %d", v, wantV)
+				}
+			})
+		}
 	}
 }
 
@@ -56,6 +62,30 @@ func TestDecodeHeaderRejects(t *testing.T) {
 		{"blake3 in version 1", func(b []byte) []byte { le.PutUint16(b[offFlags:], flagBlake3); resum(b); return b }},
 		{"unknown flag", func(b []byte) []byte { le.PutUint16(b[offFlags:], 1<<2); resum(b); return b }},
 		{"unknown flag", func(b []byte) []byte { le.PutUint16(b[offFlags:], 1<<3); resum(b); return b }},
+		{"stored-digest flag in version 2", func(b []byte) []byte {
+			le.PutUint16(b[offVersion:], 2)
+			le.PutUint16(b[offFlags:], flagStored)
+			resum(b)
+			return b
+		}},
+		{"version 3 with the blake3 flag", func(b []byte) []byte {
+			le.PutUint16(b[offVersion:], 3)
+			le.PutUint16(b[offFlags:], flagBlake3)
+			resum(b)
+			return b
+		}},
+		{"version 3 with both algorithm flags", func(b []byte) []byte {
+			le.PutUint16(b[offVersion:], 3)
+			le.PutUint16(b[offFlags:], flagBlake3|flagStored)
+			resum(b)
+			return b
+		}},
+		{"version 4", func(b []byte) []byte {
+			le.PutUint16(b[offVersion:], 4)
+			le.PutUint16(b[offFlags:], flagStored)
+			resum(b)
+			return b
+		}},
 		{"reserved", func(b []byte) []byte { le.PutUint32(b[offReserved:], 1); resum(b); return b }},
 		{"huge size", func(b []byte) []byte { le.PutUint32(b[offSize:], 1<<31); resum(b); return b }},
 		{"huge stored size", func(b []byte) []byte {
@@ -92,6 +122,8 @@ func FuzzDecodeHeader(f *testing.F) {
 	f.Add(b[:])
 	encodeHeader(&b, header{key: Key{Algo: rafs.DigestBlake3, Digest: fakeDigest(3).Digest}, meta: rawMeta(4096)})
 	f.Add(b[:])
+	encodeHeader(&b, header{key: Key{Algo: rafs.DigestStoredBlake3, Digest: fakeDigest(4).Digest}, meta: Meta{Compressed: true, Size: 1 << 20, StoredSize: 99}})
+	f.Add(b[:])
 	f.Add(make([]byte, headerSize))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		h, err := decodeHeader(in)
@@ -127,6 +159,7 @@ func TestParseEntryName(t *testing.T) {
 		{"long", hex + "0", false},
 		{"not hex", "zz" + hex[2:], false},
 		{"temp", tempPrefix + hex, false},
+		{"bad suffix", hex + ".b3x", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,5 +168,11 @@ func TestParseEntryName(t *testing.T) {
 				t.Errorf("parseEntryName(%q) = %s, %v; want ok %v", tt.in, got, ok, tt.ok)
 			}
 		})
+	}
+	for _, algo := range []rafs.DigestAlgo{rafs.DigestBlake3, rafs.DigestStoredBlake3} {
+		k := Key{Algo: algo, Digest: d.Digest}
+		if got, ok := parseEntryName(entryName(k)); !ok || got != k {
+			t.Errorf("parseEntryName(%q) = %s, %v; want %s", entryName(k), got, ok, k)
+		}
 	}
 }

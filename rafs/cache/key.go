@@ -16,7 +16,7 @@ type Key struct {
 }
 
 // KeyOf is the key of chunk c: its digest, and the algorithm its flags
-// name (rafs.ChunkBlake3).
+// name (rafs.ChunkBlake3, rafs.ChunkStoredDigest).
 func KeyOf(c rafs.Chunk) Key { return Key{Algo: c.Algo(), Digest: c.Digest} }
 
 // SHA256 is the key of the chunk whose SHA-256 digest is d.
@@ -24,8 +24,8 @@ func SHA256(d rafs.Digest) Key { return Key{Algo: rafs.DigestSHA256, Digest: d} 
 
 // valid reports whether the cache can hold an entry under k: its
 // algorithm is one it knows.
-func (k Key) valid() bool { return k.Algo == rafs.DigestSHA256 || k.Algo == rafs.DigestBlake3 }
+func (k Key) valid() bool { return k.Algo.Valid() }
 
-// String gives the key as "<algorithm>:<hex>": "sha256:…" or
-// "blake3:…".
+// String gives the key as "<algorithm>:<hex>": "sha256:…", "blake3:…"
+// or "blake3-stored:…".
 func (k Key) String() string { return fmt.Sprintf("%s:%x", k.Algo, k.Digest[:]) }

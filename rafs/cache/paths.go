@@ -24,6 +24,11 @@ const (
 	// entry name, so they never open a BLAKE3 entry (whose header they
 	// could not read).
 	blake3Suffix = ".b3"
+	// storedSuffix ends the name of a DigestStoredBlake3 entry (BLAKE3 of
+	// the stored bytes): the same 32 bytes under the other algorithms
+	// name other chunks. Processes of releases before it ignore the
+	// name.
+	storedSuffix = ".b3s"
 )
 
 // paths names the files of one cache directory.
@@ -54,23 +59,31 @@ func (p paths) entry(k Key) string {
 }
 
 // entryName is k's entry file name: the 64 hex digits of the digest, and
-// for BLAKE3 blake3Suffix.
+// for BLAKE3 blake3Suffix, for BLAKE3 of the stored bytes storedSuffix.
 func entryName(k Key) string {
-	var h [64 + len(blake3Suffix)]byte
+	var h [64 + len(storedSuffix)]byte
 	hex.Encode(h[:64], k.Digest[:])
-	if k.Algo == rafs.DigestBlake3 {
-		copy(h[64:], blake3Suffix)
-		return string(h[:])
+	n := 64
+	switch k.Algo {
+	case rafs.DigestBlake3:
+		n += copy(h[64:], blake3Suffix)
+	case rafs.DigestStoredBlake3:
+		n += copy(h[64:], storedSuffix)
 	}
-	return string(h[:64])
+	return string(h[:n])
 }
 
 // parseEntryName returns the key an entry file name spells: 64 lower
-// case hex digits (SHA-256), or those and blake3Suffix (BLAKE3).
+// case hex digits (SHA-256), or those and blake3Suffix (BLAKE3) or
+// storedSuffix (BLAKE3 of the stored bytes).
 func parseEntryName(name string) (Key, bool) {
 	k := Key{Algo: rafs.DigestSHA256}
-	if len(name) == 64+len(blake3Suffix) && name[64:] == blake3Suffix {
+	switch {
+	case len(name) == 64+len(blake3Suffix) && name[64:] == blake3Suffix:
 		k.Algo = rafs.DigestBlake3
+		name = name[:64]
+	case len(name) == 64+len(storedSuffix) && name[64:] == storedSuffix:
+		k.Algo = rafs.DigestStoredBlake3
 		name = name[:64]
 	}
 	if len(name) != 64 || !isLowerHex(name) {
