@@ -21,7 +21,8 @@ import (
 //	44      4         count: chunks recorded, at most MaxHoldingsPerBlob
 //	48      37*count  per chunk, ordinals strictly ascending:
 //	                  ordinal (4), digest algorithm (1: 1 sha256,
-//	                  2 blake3, as rafs.DigestAlgo), chunk digest (32)
+//	                  2 blake3, 3 blake3-stored, as rafs.DigestAlgo),
+//	                  chunk digest (32)
 //	48+37n  4         CRC32-C of every byte before it
 //
 // A chunk's key in the node cache is its digest and algorithm, so the
@@ -112,7 +113,7 @@ func decodeHoldings(blob rafs.Digest, b []byte) ([]holding, error) {
 			out[i].Key = cache.SHA256(rafs.Digest(p[4:36]))
 		} else {
 			out[i].Key = cache.Key{Algo: rafs.DigestAlgo(p[4]), Digest: rafs.Digest(p[5:37])}
-			if a := out[i].Key.Algo; a != rafs.DigestSHA256 && a != rafs.DigestBlake3 {
+			if a := out[i].Key.Algo; !a.Valid() {
 				return nil, fmt.Errorf("%w: unknown digest algorithm %d at entry %d", errHoldingsCorrupt, a, i)
 			}
 		}

@@ -18,7 +18,8 @@ import (
 
 func TestHoldingsRoundTrip(t *testing.T) {
 	blob := rafs.Digest(sha256.Sum256([]byte("blob")))
-	hs := []holding{{0, cache.SHA256(sha256.Sum256([]byte("a")))}, {7, cache.Key{Algo: rafs.DigestBlake3, Digest: sha256.Sum256([]byte("b"))}}, {1 << 19, cache.SHA256(sha256.Sum256([]byte("c")))}}
+	hs := []holding{{0, cache.SHA256(sha256.Sum256([]byte("a")))}, {7, cache.Key{Algo: rafs.DigestBlake3, Digest: sha256.Sum256([]byte("b"))}}, {1 << 19, cache.SHA256(sha256.Sum256([]byte("c")))},
+		{1<<19 + 1, cache.Key{Algo: rafs.DigestStoredBlake3, Digest: sha256.Sum256([]byte("d"))}}}
 	b := encodeHoldings(blob, hs)
 	got, err := decodeHoldings(blob, b)
 	if err != nil {
@@ -34,6 +35,7 @@ func TestHoldingsRoundTrip(t *testing.T) {
 		"flipped bit": append(slices.Clone(b[:len(b)-5]), b[len(b)-5]^1, b[len(b)-4], b[len(b)-3], b[len(b)-2], b[len(b)-1]),
 		"truncated":   b[:len(b)-1],
 		"unordered":   encodeHoldings(blob, []holding{hs[1], hs[0]}),
+		"algorithm 4": encodeHoldings(blob, []holding{{1, cache.Key{Algo: 4, Digest: blob}}}),
 	} {
 		if _, err := decodeHoldings(blob, bad); err == nil {
 			t.Errorf("%s: decoded, want an error", name)
@@ -45,6 +47,7 @@ func FuzzDecodeHoldings(f *testing.F) {
 	blob := rafs.Digest(sha256.Sum256([]byte("blob")))
 	f.Add(encodeHoldings(blob, nil))
 	f.Add(encodeHoldings(blob, []holding{{1, cache.SHA256(blob)}, {2, cache.Key{Algo: rafs.DigestBlake3, Digest: blob}}}))
+	f.Add(encodeHoldings(blob, []holding{{3, cache.Key{Algo: rafs.DigestStoredBlake3, Digest: blob}}}))
 	f.Add([]byte(holdingsMagic))
 	f.Add(encodeHoldingsV1(blob, []holding{{1, cache.SHA256(blob)}, {9, cache.SHA256(blob)}}))
 	f.Fuzz(func(t *testing.T, b []byte) {

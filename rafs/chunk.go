@@ -58,6 +58,40 @@ var zstdDecoder = sync.OnceValue(func() *zstd.Decoder {
 // bytes are checked first, and bytes that fail are not decoded; the
 // content is then what those bytes decode to, and is not hashed.
 func DecodeChunk(c Chunk, stored, dst []byte) error {
+	if err := checkDecode(c, stored, dst); err != nil {
+		return err
+	}
+	byStored := c.StoredDigest()
+	if byStored && StoredSum(c.Compressed(), stored) != c.Digest {
+		return fmt.Errorf("chunk %s: %w (of its stored bytes)", c.Digest, ErrDigestMismatch)
+	}
+	if err := decodeInto(c, stored, dst); err != nil {
+		return err
+	}
+	if !byStored && c.Algo().Sum(dst) != c.Digest {
+		return fmt.Errorf("chunk %s: %w", c.Digest, ErrDigestMismatch)
+	}
+	return nil
+}
+
+// DecodeVerifiedStored is DecodeChunk for a chunk whose digest is of its
+// stored bytes (DigestStoredBlake3) and whose stored bytes the caller
+// has just checked against it (ReadRawChunk, VerifyChunk): it decodes
+// them into dst with DecodeChunk's bounds and hashes nothing. Bytes not
+// so checked must go through DecodeChunk. A chunk of another algorithm
+// is refused: its content is what must be hashed.
+func DecodeVerifiedStored(c Chunk, stored, dst []byte) error {
+	if !c.StoredDigest() {
+		return fmt.Errorf("chunk %s: %s digests are of content, not of stored bytes: use DecodeChunk", c.Digest, c.Algo())
+	}
+	if err := checkDecode(c, stored, dst); err != nil {
+		return err
+	}
+	return decodeInto(c, stored, dst)
+}
+
+// checkDecode checks the lengths DecodeChunk is given.
+func checkDecode(c Chunk, stored, dst []byte) error {
 	if len(dst) != int(c.Size) {
 		return fmt.Errorf("chunk %s: buffer of %d bytes for %d", c.Digest, len(dst), c.Size)
 	}
@@ -67,34 +101,31 @@ func DecodeChunk(c Chunk, stored, dst []byte) error {
 	if len(stored) != int(c.CompressedSize) {
 		return fmt.Errorf("chunk %s: %d stored bytes, want %d", c.Digest, len(stored), c.CompressedSize)
 	}
-	byStored := c.StoredDigest()
-	if byStored {
-		if StoredSum(c.Compressed(), stored) != c.Digest {
-			return fmt.Errorf("chunk %s: %w (of its stored bytes)", c.Digest, ErrDigestMismatch)
-		}
-	}
+	return nil
+}
+
+// decodeInto turns stored into dst (lengths checked), inflating a
+// compressed chunk to exactly its recorded size or failing.
+func decodeInto(c Chunk, stored, dst []byte) error {
 	if !c.Compressed() {
 		copy(dst, stored)
-	} else {
-		var hdr zstd.Header
-		if err := hdr.Decode(stored); err != nil {
-			return fmt.Errorf("chunk %s: zstd header: %w: %w", c.Digest, ErrDigestMismatch, err)
-		}
-		// Tiny frames may omit the content size; the decoder's memory
-		// limit and the length check below still bound them.
-		if hdr.HasFCS && hdr.FrameContentSize != uint64(c.Size) {
-			return fmt.Errorf("chunk %s: %w: frame declares %d bytes, want %d", c.Digest, ErrDigestMismatch, hdr.FrameContentSize, c.Size)
-		}
-		out, err := zstdDecoder().DecodeAll(stored, dst[:0:len(dst)])
-		if err != nil {
-			return fmt.Errorf("chunk %s: %w: zstd: %w", c.Digest, ErrDigestMismatch, err)
-		}
-		if len(out) != int(c.Size) || &out[0] != &dst[0] {
-			return fmt.Errorf("chunk %s: %w: inflated to %d bytes, want %d", c.Digest, ErrDigestMismatch, len(out), c.Size)
-		}
+		return nil
 	}
-	if !byStored && c.Algo().Sum(dst) != c.Digest {
-		return fmt.Errorf("chunk %s: %w", c.Digest, ErrDigestMismatch)
+	var hdr zstd.Header
+	if err := hdr.Decode(stored); err != nil {
+		return fmt.Errorf("chunk %s: zstd header: %w: %w", c.Digest, ErrDigestMismatch, err)
+	}
+	// Tiny frames may omit the content size; the decoder's memory
+	// limit and the length check below still bound them.
+	if hdr.HasFCS && hdr.FrameContentSize != uint64(c.Size) {
+		return fmt.Errorf("chunk %s: %w: frame declares %d bytes, want %d", c.Digest, ErrDigestMismatch, hdr.FrameContentSize, c.Size)
+	}
+	out, err := zstdDecoder().DecodeAll(stored, dst[:0:len(dst)])
+	if err != nil {
+		return fmt.Errorf("chunk %s: %w: zstd: %w", c.Digest, ErrDigestMismatch, err)
+	}
+	if len(out) != int(c.Size) || &out[0] != &dst[0] {
+		return fmt.Errorf("chunk %s: %w: inflated to %d bytes, want %d", c.Digest, ErrDigestMismatch, len(out), c.Size)
 	}
 	return nil
 }

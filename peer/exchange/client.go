@@ -176,7 +176,7 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 		if err != nil {
 			return fmt.Errorf("chunk %d (%s): read %d stored bytes: %w", i, c.Digest, n, err)
 		}
-		if bad != nil && rafs.VerifyChunk(flipAlgo(sc), stored, dp) == nil {
+		if fc, flips := flipAlgo(sc); bad != nil && flips && rafs.VerifyChunk(fc, stored, dp) == nil {
 			// Honest bytes of the chunk the digest names under the
 			// other algorithm (a server of the release before does
 			// not tell the algorithms apart): not the peer's fault.
@@ -202,10 +202,12 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 
 // readStored reads chunk c's stored bytes (c.CompressedSize of them)
 // from r into a new buffer that grows as they arrive, and verifies them:
-// bad is the verification's failure, err a read's. A raw chunk is hashed
-// as it arrives, while still in the CPU's caches.
+// bad is the verification's failure, err a read's. A chunk checked by its
+// stored bytes alone (c.HashesStored: a raw one, or any blake3-stored
+// one) is hashed as it arrives, while still in the CPU's caches, and
+// never decoded; other compressed chunks are decoded into scratch.
 func readStored(r io.Reader, c rafs.Chunk, scratch *[]byte) (stored []byte, bad, err error) {
-	if !c.Compressed() && c.CompressedSize == c.Size {
+	if c.HashesStored() {
 		stored, err := rafs.ReadRawChunkGrowing(r, c, firstChunkAlloc)
 		if errors.Is(err, rafs.ErrDigestMismatch) {
 			return stored, err, nil

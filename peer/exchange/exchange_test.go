@@ -303,8 +303,8 @@ type digestOnly struct {
 
 func (s digestOnly) Get(k cache.Key, dst []byte) (cache.Meta, []byte, error) {
 	m, b, err := s.c.Get(k, dst)
-	if errors.Is(err, cache.ErrNotFound) {
-		m, b, err = s.c.Get(otherAlgo(k), dst)
+	if ok, other := otherAlgo(k); errors.Is(err, cache.ErrNotFound) && other {
+		m, b, err = s.c.Get(ok, dst)
 		if err == nil && s.damage {
 			b[len(b)/2] ^= 0x40
 		}

@@ -16,6 +16,7 @@ func FuzzReadRequest(f *testing.F) {
 	valid := appendRequest(nil, rafs.Digest{1}, chunksOf(tcs))
 	f.Add(valid)
 	f.Add(valid[:len(valid)-1])
+	f.Add(appendRequest(nil, rafs.Digest{2}, chunksOf(storedChunks(tcs))))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{})
 	for _, off := range []int{lengthPrefixSize, lengthPrefixSize + 33, lengthPrefixSize + requestFixedSize + 16} {

@@ -278,7 +278,7 @@ func (s *Server) lookup(blob rafs.Digest, c rafs.Chunk, bp, scratch *[]byte) []b
 	k := cache.KeyOf(c)
 	if f := s.partOf.Load(); f != nil && !(*f)(blob, k) {
 		s.n.notFound.Add(1)
-		if (*f)(blob, otherAlgo(k)) {
+		if ok, other := otherAlgo(k); other && (*f)(blob, ok) {
 			// Part of the blob under the other algorithm: the
 			// request's description is wrong (see below).
 			return appendRecordHead(buf[:0], chunkOtherAlgo, false, 0)
@@ -289,7 +289,7 @@ func (s *Server) lookup(blob rafs.Digest, c rafs.Chunk, bp, scratch *[]byte) []b
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
 		s.n.notFound.Add(1)
-		if h, ok := s.store.(haser); ok && h.Has(otherAlgo(k)) {
+		if h, ok := s.store.(haser); ok && hasOther(h, k) {
 			// Held, under the other algorithm: the request's
 			// description is wrong, and this node still holds what
 			// it announced. Not a miss to drop from the holdings.
@@ -334,6 +334,13 @@ func (s *Server) lookup(blob rafs.Digest, c rafs.Chunk, bp, scratch *[]byte) []b
 	copy(out[recordHeaderSize:], stored)
 	*bp = out
 	return out
+}
+
+// hasOther reports whether h holds k's digest under the other algorithm
+// (otherAlgo); never for a blake3-stored key.
+func hasOther(h haser, k cache.Key) bool {
+	ok, other := otherAlgo(k)
+	return other && h.Has(ok)
 }
 
 // write sends b to st in slices, each of which must be written within

@@ -34,6 +34,8 @@ const (
 	recordHeaderSize = 1 + 1 + 4 // status, flags, stored length
 	flagCompressed   = 1 << 0    // chunk entry and record flags
 	flagBlake3       = 1 << 1    // chunk entry flag: the digest is BLAKE3's
+	flagStored       = 1 << 2    // chunk entry flag: the digest is BLAKE3 of the stored bytes
+	knownEntryFlags  = flagCompressed | flagBlake3 | flagStored
 	lengthPrefixSize = 4
 	minRequestFrame  = requestFixedSize + chunkEntrySize
 	// MaxRequestFrame is the largest request frame body, in bytes.
@@ -74,24 +76,35 @@ const (
 	chunkError    chunkStatus = 2 // the server holds it but could not read it
 	// chunkOtherAlgo: the server does not hold the chunk, but holds the
 	// same digest under the other digest algorithm, so the request's
-	// description of the chunk is wrong. Not the server's fault.
+	// description of the chunk is wrong. Not the server's fault. Only
+	// SHA-256 and BLAKE3 have an other algorithm: a request that flips
+	// the BLAKE3 bit turns one into the other. A blake3-stored digest has
+	// no other form, and never gets this answer.
 	chunkOtherAlgo chunkStatus = 3
 )
 
-// otherAlgo is k under the other digest algorithm.
-func otherAlgo(k cache.Key) cache.Key {
-	if k.Algo == rafs.DigestBlake3 {
+// otherAlgo is k under the other digest algorithm: SHA-256 for BLAKE3
+// and the reverse. A blake3-stored key has none (false).
+func otherAlgo(k cache.Key) (cache.Key, bool) {
+	switch k.Algo {
+	case rafs.DigestBlake3:
 		k.Algo = rafs.DigestSHA256
-	} else {
+	case rafs.DigestSHA256:
 		k.Algo = rafs.DigestBlake3
+	default:
+		return k, false
 	}
-	return k
+	return k, true
 }
 
-// flipAlgo is c described with the other digest algorithm.
-func flipAlgo(c rafs.Chunk) rafs.Chunk {
+// flipAlgo is c described with the other digest algorithm, as otherAlgo
+// says; false for a blake3-stored chunk.
+func flipAlgo(c rafs.Chunk) (rafs.Chunk, bool) {
+	if c.Flags&rafs.ChunkStoredDigest != 0 {
+		return c, false
+	}
 	c.Flags ^= rafs.ChunkBlake3
-	return c
+	return c, true
 }
 
 // Errors callers branch on.
@@ -152,8 +165,8 @@ func checkBatch(chunks []rafs.Chunk) error {
 
 func checkChunk(c rafs.Chunk) error {
 	switch {
-	case c.Flags&^(rafs.ChunkCompressed|rafs.ChunkBlake3) != 0:
-		return fmt.Errorf("unknown flags %#x", c.Flags)
+	case rafs.CheckChunkFlags(c.Flags) != nil:
+		return rafs.CheckChunkFlags(c.Flags)
 	case c.Size == 0 || c.Size > rafs.MaxChunkSize:
 		return fmt.Errorf("size %d outside 1..%d", c.Size, rafs.MaxChunkSize)
 	case c.CompressedSize == 0 || c.CompressedSize > rafs.MaxChunkSize:
@@ -182,8 +195,11 @@ func appendRequest(b []byte, blob rafs.Digest, chunks []rafs.Chunk) []byte {
 		if c.Compressed() {
 			f = flagCompressed
 		}
-		if c.Algo() == rafs.DigestBlake3 {
+		switch c.Algo() {
+		case rafs.DigestBlake3:
 			f |= flagBlake3
+		case rafs.DigestStoredBlake3:
+			f |= flagStored
 		}
 		b = append(b, f)
 		b = append(b, c.Digest[:]...)
@@ -233,7 +249,7 @@ func parseRequest(body []byte) (*request, error) {
 			CompressedSize:   binary.LittleEndian.Uint32(e[8:12]),
 			Size:             binary.LittleEndian.Uint32(e[12:16]),
 		}
-		if e[16]&^(flagCompressed|flagBlake3) != 0 {
+		if e[16]&^knownEntryFlags != 0 {
 			return nil, fmt.Errorf("%w: chunk %d: unknown flags %#x", ErrInvalidRequest, i, e[16])
 		}
 		if e[16]&flagCompressed != 0 {
@@ -241,6 +257,9 @@ func parseRequest(body []byte) (*request, error) {
 		}
 		if e[16]&flagBlake3 != 0 {
 			c.Flags |= rafs.ChunkBlake3
+		}
+		if e[16]&flagStored != 0 {
+			c.Flags |= rafs.ChunkStoredDigest
 		}
 		copy(c.Digest[:], e[17:49])
 		req.chunks[i] = c
@@ -309,6 +328,8 @@ func readRecordHead(r io.Reader, c rafs.Chunk) (st chunkStatus, compressed bool,
 		return 0, false, 0, fmt.Errorf("%w: unknown chunk status %d", ErrProtocol, h[0])
 	case st != chunkOK && (flags != 0 || n != 0):
 		return 0, false, 0, fmt.Errorf("%w: chunk status %d with flags %#x and %d bytes", ErrProtocol, st, flags, n)
+	case st == chunkOtherAlgo && c.StoredDigest():
+		return 0, false, 0, fmt.Errorf("%w: \"other algorithm\" for a blake3-stored chunk, which has none", ErrProtocol)
 	case st != chunkOK:
 		return st, false, 0, nil
 	case flags&^flagCompressed != 0:

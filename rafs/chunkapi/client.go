@@ -138,8 +138,8 @@ func checkChunk(c rafs.Chunk) error {
 	switch {
 	case c.CompressedSize == 0 || c.CompressedSize > rafs.MaxChunkSize || c.Size == 0 || c.Size > rafs.MaxChunkSize:
 		return fmt.Errorf("chunk %s: sizes stored %d, size %d outside 1..%d", c.Digest, c.CompressedSize, c.Size, rafs.MaxChunkSize)
-	case c.Flags&^KnownFlags != 0:
-		return fmt.Errorf("chunk %s: unknown flags %#x", c.Digest, c.Flags)
+	case c.Flags&^KnownFlags != 0 || rafs.CheckChunkFlags(c.Flags) != nil:
+		return fmt.Errorf("chunk %s: flags %#x: unknown, or two digest algorithms", c.Digest, c.Flags)
 	case !c.Compressed() && c.CompressedSize != c.Size:
 		return fmt.Errorf("chunk %s: raw chunk stored in %d bytes, size %d", c.Digest, c.CompressedSize, c.Size)
 	case c.CompressedOffset > MaxBlobOffset:
@@ -211,10 +211,12 @@ func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, 
 		// The form is the proxy's to say; the digest algorithm is ours.
 		c.Flags = c.Flags&^rafs.ChunkCompressed | f.flags&rafs.ChunkCompressed
 		c.CompressedSize = f.length
-		if !f.failed && !c.Compressed() && c.CompressedSize == c.Size {
-			// Raw: its own plain form, hashed as it arrives, while still
-			// in the CPU's caches; into memory that grows with what
-			// arrives when the scratch buffer is too small.
+		if !f.failed && c.HashesStored() {
+			// Checked by its stored bytes (raw: its own plain form; a
+			// blake3-stored chunk in either form), hashed as they
+			// arrive, while still in the CPU's caches; into memory that
+			// grows with what arrives when the scratch buffer is too
+			// small.
 			var err error
 			if cap(stored) >= int(f.length) {
 				p = stored[:f.length]
@@ -227,7 +229,16 @@ func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, 
 			} else if err != nil {
 				return stored, readErr(i, unexpected(err))
 			}
-			dec = slices.Clone(p) // deliver's to keep; raw chunks (incompressible data) are few
+			if c.Compressed() {
+				// A blake3-stored frame, checked above: decoded
+				// without hashing the content.
+				dec = make([]byte, c.Size)
+				if err := rafs.DecodeVerifiedStored(c, p, dec); err != nil {
+					return stored, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
+				}
+			} else {
+				dec = slices.Clone(p) // deliver's to keep; raw chunks (incompressible data) are few
+			}
 		} else {
 			var err error
 			if p, stored, err = readPayload(br, int(f.length), stored); err != nil {

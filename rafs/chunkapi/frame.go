@@ -34,7 +34,7 @@ const (
 	MaxErrorMessage = 1 << 10
 
 	// KnownFlags are the chunk flags a frame may carry.
-	KnownFlags = rafs.ChunkCompressed | rafs.ChunkBlake3
+	KnownFlags = rafs.ChunkCompressed | rafs.ChunkBlake3 | rafs.ChunkStoredDigest
 )
 
 // ErrProtocol marks a response that breaks the frame format.

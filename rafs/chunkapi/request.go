@@ -47,7 +47,7 @@ type RequestChunk struct {
 // ParseRequest decodes and checks a batch request body: one JSON
 // object with exactly the documented fields, a valid repository name and
 // digests, 1..MaxBatchChunks chunks each within rafs.MaxChunkSize, only
-// known flags, raw chunks whose stored and uncompressed sizes agree, and
+// known flags (one digest algorithm at most), raw chunks whose stored and uncompressed sizes agree, and
 // at most MaxBatchBytes in all.
 func ParseRequest(data []byte) (repo string, blob rafs.Digest, chunks []rafs.Chunk, err error) {
 	if len(data) > MaxBatchRequest {
@@ -83,6 +83,8 @@ func ParseRequest(data []byte) (repo string, blob rafs.Digest, chunks []rafs.Chu
 			return "", blob, nil, fmt.Errorf("chunk %d: sizes stored %d, size %d: want 1..%d", i, c.Stored, c.Size, rafs.MaxChunkSize)
 		case c.Flags&^KnownFlags != 0:
 			return "", blob, nil, fmt.Errorf("chunk %d: unknown flags %#x", i, c.Flags)
+		case c.Flags&rafs.ChunkAlgoFlags == rafs.ChunkAlgoFlags:
+			return "", blob, nil, fmt.Errorf("chunk %d: flags %#x name two digest algorithms", i, c.Flags)
 		case c.Flags&rafs.ChunkCompressed == 0 && c.Stored != c.Size:
 			return "", blob, nil, fmt.Errorf("chunk %d: raw chunk stored in %d bytes, size %d", i, c.Stored, c.Size)
 		case c.Offset > MaxBlobOffset:
