@@ -26,7 +26,7 @@
 //     same engine; the Node is its plain.Holdings (fetch_node.go).
 //
 // A chunk's identity is its digest and its digest algorithm
-// (rafs.ChunkBlake3) everywhere: node cache entries (cache.Key),
+// (rafs.ChunkBlake3, rafs.ChunkStoredDigest) everywhere: node cache entries (cache.Key),
 // holdings, exchange lookups and the engine's flights. A read that names
 // a stored digest under the other algorithm misses; it never gets the entry
 // deleted or its holder reported.

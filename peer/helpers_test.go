@@ -65,10 +65,22 @@ func buildImage(t testing.TB) image {
 // blob.
 func buildImageSeed(t testing.TB, seed uint64) image {
 	t.Helper()
+	return buildImageOpts(t, seed, rafs.DefaultDigest, false)
+}
+
+// buildImageOpts is buildImageSeed with chunks digested by algo, and of
+// content that compresses (text of random letters) when text is set.
+func buildImageOpts(t testing.TB, seed uint64, algo rafs.DigestAlgo, text bool) image {
+	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for i, size := range []int{5*rafs.MinChunkSize + 100, 3 * rafs.MinChunkSize, 2*rafs.MinChunkSize + 7} {
 		data := randBytes(seed<<8+uint64(i+1), size)
+		if text {
+			for j := range data {
+				data[j] = 'a' + data[j]%8
+			}
+		}
 		h := &tar.Header{Name: fmt.Sprintf("f%d", i), Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data)),
 			ModTime: time.Unix(1700000000, 0)}
 		if err := tw.WriteHeader(h); err != nil {
@@ -85,7 +97,7 @@ func buildImageSeed(t testing.TB, seed uint64) image {
 	layer := rafs.LayerSource{Name: "layer0", Open: func(context.Context) (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
 	}}
-	res, err := rafs.Build(t.Context(), []rafs.LayerSource{layer}, rafs.BuildOptions{ChunkSize: rafs.MinChunkSize, BlobDir: dir, BatchSize: -1})
+	res, err := rafs.Build(t.Context(), []rafs.LayerSource{layer}, rafs.BuildOptions{ChunkSize: rafs.MinChunkSize, BlobDir: dir, BatchSize: -1, Digest: algo})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ and one bootstrap layer with the merged metadata of the whole image.`,
 	f.Int("chunk-size", rafs.DefaultChunkSize, "chunk size in bytes: a power of two from 64 KiB to 16 MiB")
 	f.String("compressor", "zstd", "chunk compressor: zstd or none")
 	f.Int("level", 1, "zstd level, 1 (fastest) to 4 (smallest)")
-	f.String("digest", rafs.DefaultDigest.String(), "chunk digest algorithm: blake3 or sha256 (a --chunk-dict image must use the same)")
+	f.String("digest", rafs.DefaultDigest.String(), "chunk digest algorithm: blake3, blake3-stored (BLAKE3 of the stored bytes: peers verify without decoding, but chunk identity depends on --level) or sha256 (a --chunk-dict image must use the same)")
 	f.Int("workers", 0, "goroutines hashing and compressing chunks (0: one per core)")
 	f.Int("batch-size", 0, "pack files smaller than a quarter of this into shared chunks of up to this size (0: default 512 KiB, -1: off)")
 	f.String("chunk-dict", "", "RAFS image (or local bootstrap) whose chunks are reused instead of stored again")

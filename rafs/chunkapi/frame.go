@@ -137,8 +137,8 @@ func readFrameHead(r io.Reader) (frame, error) {
 		}
 		f.flags = binary.BigEndian.Uint32(hdr[1:5])
 		f.length = binary.BigEndian.Uint32(hdr[5:9])
-		if f.flags&^KnownFlags != 0 {
-			return frame{}, fmt.Errorf("%w: unknown chunk flags %#x", ErrProtocol, f.flags)
+		if f.flags&^KnownFlags != 0 || rafs.CheckChunkFlags(f.flags) != nil {
+			return frame{}, fmt.Errorf("%w: chunk flags %#x: unknown, or two digest algorithms", ErrProtocol, f.flags)
 		}
 		if f.length == 0 || f.length > rafs.MaxChunkSize {
 			return frame{}, fmt.Errorf("%w: chunk of %d bytes", ErrProtocol, f.length)

@@ -29,12 +29,13 @@ func TestFrameRoundTrip(t *testing.T) {
 		t.Errorf("after the last frame: got %v, want io.EOF", err)
 	}
 	for name, in := range map[string][]byte{
-		"status":   {7},
-		"flags":    {0, 0, 0, 0, 4, 0, 0, 0, 1, 0},
-		"zero":     {0, 0, 0, 0, 0, 0, 0, 0, 0},
-		"huge":     {0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff},
-		"kind":     {1, 9, 0, 0, 0, 0, 0, 0, 0, 0},
-		"msg size": {1, 0, 0, 0, 0, 0, 0, 0, 8, 0},
+		"status":    {7},
+		"flags":     {0, 0, 0, 0, 8, 0, 0, 0, 1, 0},
+		"two algos": {0, 0, 0, 0, 6, 0, 0, 0, 1, 0},
+		"zero":      {0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"huge":      {0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff},
+		"kind":      {1, 9, 0, 0, 0, 0, 0, 0, 0, 0},
+		"msg size":  {1, 0, 0, 0, 0, 0, 0, 0, 8, 0},
 	} {
 		if _, _, _, err := readFrame(bytes.NewReader(in), nil); !errors.Is(err, ErrProtocol) {
 			t.Errorf("%s: got %v, want ErrProtocol", name, err)
