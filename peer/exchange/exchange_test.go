@@ -157,7 +157,8 @@ func TestFetchInvalidBatch(t *testing.T) {
 		{"too many bytes", []rafs.Chunk{big, big, big, big, big}},
 		{"zero size", []rafs.Chunk{{CompressedSize: 1, Flags: rafs.ChunkCompressed}}},
 		{"raw size mismatch", []rafs.Chunk{{Size: 10, CompressedSize: 9}}},
-		{"unknown flag", []rafs.Chunk{{Size: 10, CompressedSize: 10, Flags: 4}}},
+		{"unknown flag", []rafs.Chunk{{Size: 10, CompressedSize: 10, Flags: 8}}},
+		{"two algorithms", []rafs.Chunk{{Size: 10, CompressedSize: 10, Flags: rafs.ChunkBlake3 | rafs.ChunkStoredDigest}}},
 		{"oversized", []rafs.Chunk{{Size: rafs.MaxChunkSize + 1, CompressedSize: 10, Flags: rafs.ChunkCompressed}}},
 	}
 	for _, tt := range tests {
