@@ -66,8 +66,15 @@ type fetcherFixture struct {
 
 func newFetcherFixture(t *testing.T) *fetcherFixture {
 	t.Helper()
+	return newFetcherFixtureOf(t, "sizes-rafs")
+}
+
+// newFetcherFixtureOf is newFetcherFixture over the corpus image tagged
+// tag: "sizes-rafs" (the default conversion) or "sizes-rafs-blake3".
+func newFetcherFixtureOf(t *testing.T, tag string) *fetcherFixture {
+	t.Helper()
 	layout, _ := corpusLayout(t)
-	img, err := image.Open(t.Context(), "oci:"+layout+":sizes-rafs", image.Options{})
+	img, err := image.Open(t.Context(), "oci:"+layout+":"+tag, image.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,40 +248,76 @@ func TestFetcherChunkRunCorrupt(t *testing.T) {
 }
 
 // A chunk delivered in the other form (raw for a compressed one) is
-// verified and cached in that form, and the cache serves it.
+// verified and cached in that form, and the cache serves it, when chunks
+// are named by their content (blake3). Named by their stored bytes (the
+// default), the other form is not the chunk: it is refused.
 func TestFetcherChunkRunOtherForm(t *testing.T) {
 	t.Parallel()
-	fx := newFetcherFixture(t)
-	var converted atomic.Int64
-	be := &chunkBackend{backendAdapter: fx.be.backendAdapter, tamper: func(i int, c rafs.Chunk, stored []byte) (rafs.Chunk, []byte) {
-		if !c.Compressed() {
-			return c, stored
+	toRaw := func(converted *atomic.Int64) func(int, rafs.Chunk, []byte) (rafs.Chunk, []byte) {
+		return func(i int, c rafs.Chunk, stored []byte) (rafs.Chunk, []byte) {
+			if !c.Compressed() {
+				return c, stored
+			}
+			raw := make([]byte, c.Size)
+			if err := rafs.DecodeChunk(c, stored, raw); err != nil {
+				return c, stored // let the fetcher report it
+			}
+			converted.Add(1)
+			c.Flags &^= rafs.ChunkCompressed
+			c.CompressedSize = c.Size
+			return c, raw
 		}
-		raw := make([]byte, c.Size)
-		if err := rafs.DecodeChunk(c, stored, raw); err != nil {
-			return c, stored // let the fetcher report it
+	}
+	t.Run("blake3", func(t *testing.T) {
+		t.Parallel()
+		fx := newFetcherFixtureOf(t, "sizes-rafs-blake3")
+		var converted atomic.Int64
+		be := &chunkBackend{backendAdapter: fx.be.backendAdapter, tamper: toRaw(&converted)}
+		dir := t.TempDir()
+		f, _ := fx.fetcher(t, be, openCache(t, dir))
+		fx.readAll(t, f)
+		if converted.Load() == 0 {
+			t.Fatal("no compressed chunk in the image: the test proves nothing")
 		}
-		converted.Add(1)
-		c.Flags &^= rafs.ChunkCompressed
-		c.CompressedSize = c.Size
-		return c, raw
-	}}
-	dir := t.TempDir()
-	f, _ := fx.fetcher(t, be, openCache(t, dir))
-	fx.readAll(t, f)
-	if converted.Load() == 0 {
-		t.Fatal("no compressed chunk in the image: the test proves nothing")
-	}
-	// A second mount over the same node cache reads everything from it.
-	be2 := &chunkBackend{backendAdapter: fx.be.backendAdapter}
-	f2, m2 := fx.fetcher(t, be2, openCache(t, dir))
-	fx.readAll(t, f2)
-	if n := be2.runs.Load() + be2.ranges.Load(); n != 0 {
-		t.Errorf("backend calls from a warm cache: got %d, want 0", n)
-	}
-	if got := counter(m2, "damselfly_mount_cache_hits_total"); got != float64(fx.boot.ChunkCount()) {
-		t.Errorf("cache hits: got %v, want %d", got, fx.boot.ChunkCount())
-	}
+		// A second mount over the same node cache reads everything from it.
+		be2 := &chunkBackend{backendAdapter: fx.be.backendAdapter}
+		f2, m2 := fx.fetcher(t, be2, openCache(t, dir))
+		fx.readAll(t, f2)
+		if n := be2.runs.Load() + be2.ranges.Load(); n != 0 {
+			t.Errorf("backend calls from a warm cache: got %d, want 0", n)
+		}
+		if got := counter(m2, "damselfly_mount_cache_hits_total"); got != float64(fx.boot.ChunkCount()) {
+			t.Errorf("cache hits: got %v, want %d", got, fx.boot.ChunkCount())
+		}
+	})
+	t.Run("blake3-stored", func(t *testing.T) {
+		t.Parallel()
+		fx := newFetcherFixture(t)
+		var k rafs.Chunk
+		for i := range fx.boot.ChunkCount() {
+			c, err := fx.boot.Chunk(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Compressed() {
+				k = c
+				break
+			}
+		}
+		if !k.Compressed() || !k.StoredDigest() {
+			t.Fatalf("want a compressed blake3-stored chunk in the default conversion, got flags %#x", k.Flags)
+		}
+		var converted atomic.Int64
+		be := &chunkBackend{backendAdapter: fx.be.backendAdapter, tamper: toRaw(&converted)}
+		f, _ := fx.fetcher(t, be, openCache(t, t.TempDir()))
+		err := f.ReadChunk(t.Context(), k, make([]byte, k.Size))
+		if converted.Load() == 0 {
+			t.Fatal("the backend sent no chunk in the other form: the test proves nothing")
+		}
+		if !errors.Is(err, rafs.ErrDigestMismatch) {
+			t.Fatalf("a compressed chunk delivered raw: got %v, want a digest mismatch", err)
+		}
+	})
 }
 
 // mountPeer is a ChunkSource for a real proxy.Server in front of a

@@ -63,6 +63,14 @@ func corpusLayout(t testing.TB) (string, []rafstest.Image) {
 				return
 			}
 		}
+		// One image also with chunks named by their content (blake3),
+		// for the tests of what only that algorithm allows.
+		src := "oci:" + corpusOnce.dir + ":sizes"
+		if _, err := convert.Convert(ctx, src, src+"-rafs-blake3", convert.Options{
+			Build: rafs.BuildOptions{ChunkSize: 64 << 10, Digest: rafs.DigestBlake3}, WorkDir: dir}); err != nil {
+			corpusOnce.err = err
+			return
+		}
 	})
 	if corpusOnce.err != nil {
 		t.Fatal(corpusOnce.err)

@@ -55,7 +55,7 @@ func wantPermanent(t *testing.T, what string, err error) {
 // default: it would send its honest bytes, which fail the reader's check).
 func TestAlgorithmFlipSparesParentAndEntry(t *testing.T) {
 	t.Parallel()
-	img := buildImage(t)
+	img := buildImageOpts(t, 0, rafs.DigestBlake3, false) // a chunk flips between sha256 and blake3
 	for _, noVerify := range []bool{false, true} {
 		t.Run(fmt.Sprintf("no_verify=%v", noVerify), func(t *testing.T) {
 			t.Parallel()
@@ -136,7 +136,7 @@ func testAlgorithmFlip(t *testing.T, img image, noVerify bool) {
 // the origin, not after FetchDeadline of retries.
 func TestOriginMismatchFailsFast(t *testing.T) {
 	t.Parallel()
-	img := buildImage(t)
+	img := buildImageOpts(t, 0, rafs.DigestBlake3, false) // a chunk flips between sha256 and blake3
 	wrong := img.chunks[2]
 	wrong.Digest[5] ^= 0x10
 	for _, tt := range []struct {
@@ -180,7 +180,7 @@ func TestOriginMismatchFailsFast(t *testing.T) {
 // reads of the same source, so the bogus one cannot fail it.
 func TestFlightNotSharedAcrossSources(t *testing.T) {
 	t.Parallel()
-	img := buildImage(t)
+	img := buildImageOpts(t, 0, rafs.DigestBlake3, false) // a chunk flips between sha256 and blake3
 	o := newOrigin(t, img.dir)
 	entered := make(chan struct{}, 16)
 	release := make(chan struct{})
@@ -257,7 +257,7 @@ wait:
 // fetch, and succeeds.
 func TestFlightNotSharedAcrossDescriptions(t *testing.T) {
 	t.Parallel()
-	img := buildImage(t)
+	img := buildImageOpts(t, 0, rafs.DigestBlake3, false) // a chunk flips between sha256 and blake3
 	serve := newOrigin(t, img.dir)
 	entered := make(chan struct{}, 16)
 	release := make(chan struct{})

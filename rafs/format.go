@@ -63,7 +63,7 @@ const (
 	MaxChunkSize     = 16 << 20
 	DefaultChunkSize = 1 << 20
 	// DefaultDigest is the chunk digest of new images.
-	DefaultDigest = DigestBlake3
+	DefaultDigest = DigestStoredBlake3
 )
 
 // Compressor names how chunks are stored.

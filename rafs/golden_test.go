@@ -85,9 +85,10 @@ func goldenImages() []goldenImage {
 	cs := MinChunkSize
 	imgs := []goldenImage{{
 		// One layer of every entry type and metadata the format keeps,
-		// zstd chunks named by BLAKE3 (the defaults).
+		// zstd chunks named by BLAKE3 of their content (the default
+		// before blake3-stored; one-layer-stored below is the default).
 		name: "one-layer",
-		opts: BuildOptions{ChunkSize: uint32(cs)},
+		opts: BuildOptions{ChunkSize: uint32(cs), Digest: DigestBlake3},
 		layers: func(t *testing.T) [][]byte {
 			big := randBytes(7, 3*cs+17)
 			zeros := make([]byte, 2*cs) // one chunk, referenced twice
@@ -162,7 +163,7 @@ func goldenImages() []goldenImage {
 	}, {
 		// Raw chunks, a prefetch blob and its table.
 		name: "prefetch-raw",
-		opts: BuildOptions{ChunkSize: uint32(cs), Uncompressed: true, BatchSize: 16 << 10,
+		opts: BuildOptions{ChunkSize: uint32(cs), Digest: DigestBlake3, Uncompressed: true, BatchSize: 16 << 10,
 			Prefetch: []string{"/app/main", "/app/lib/*.so"}},
 		layers: func(t *testing.T) [][]byte {
 			return [][]byte{
@@ -187,7 +188,7 @@ func goldenImages() []goldenImage {
 	// twice, which must still be stored once.
 	stored := imgs[0]
 	stored.name = "one-layer-stored"
-	stored.opts.Digest = DigestStoredBlake3
+	stored.opts.Digest = 0 // the default: DigestStoredBlake3
 	return append(imgs, stored)
 }
 

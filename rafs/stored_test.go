@@ -305,8 +305,8 @@ func TestStoredDigestFlagsChecked(t *testing.T) {
 			t.Errorf("ParseDigestAlgo(%q) = %v, %v", s, a, err)
 		}
 	}
-	if DefaultDigest != DigestBlake3 {
-		t.Errorf("DefaultDigest is %s, want blake3", DefaultDigest)
+	if DefaultDigest != DigestStoredBlake3 {
+		t.Errorf("DefaultDigest is %s, want blake3-stored", DefaultDigest)
 	}
 }
 

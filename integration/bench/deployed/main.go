@@ -78,7 +78,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Hour, "give up after this long")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (registry storage, caches, logs)")
 	flag.StringVar(&o.bin, "bin", "", "run this damselfly binary (another commit's, for side-by-side runs) instead of building ./cmd/damselfly")
-	convFlags := flag.String("convert-flags", "", "flags added to the image's conversion, space-separated (a study: --digest blake3-stored, --level 4)")
+	convFlags := flag.String("convert-flags", "", "flags added to the image's conversion, space-separated (a study: --digest blake3, --level 4)")
 	flag.StringVar(&readerList, "reader-list", "", "internal: run as the reader of the files this file lists")
 	flag.StringVar(&readerRoot, "reader-root", "", "internal: the reader's mount")
 	flag.IntVar(&readerWorkers, "reader-workers", 1, "internal: the reader's parallel reads")
