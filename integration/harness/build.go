@@ -67,3 +67,18 @@ func RemoveBinary() {
 	}
 	built.dir, built.path = "", ""
 }
+
+// BinaryOrBuild is the damselfly binary a benchmark runs: bin made
+// absolute when it is set (another commit's build, for side-by-side
+// runs), else ./cmd/damselfly of the module at dir built into dst, with
+// logf told so.
+func BinaryOrBuild(ctx context.Context, dir, bin, dst string, logf func(format string, args ...any)) (string, error) {
+	if bin != "" {
+		return filepath.Abs(bin)
+	}
+	logf("building %s", dst)
+	if err := Build(ctx, dir, dst, "./cmd/damselfly"); err != nil {
+		return "", err
+	}
+	return dst, nil
+}

@@ -180,16 +180,8 @@ func run(ctx context.Context, o options, args string) (err error) {
 			b.logf("logs kept in %s", b.work)
 		}
 	}()
-	if o.bin != "" {
-		if b.bin, err = filepath.Abs(o.bin); err != nil {
-			return err
-		}
-	} else {
-		b.bin = filepath.Join(base, "bin", "damselfly")
-		b.logf("building %s", b.bin)
-		if err := harness.Build(ctx, b.root, b.bin, "./cmd/damselfly"); err != nil {
-			return err
-		}
+	if b.bin, err = harness.BinaryOrBuild(ctx, b.root, o.bin, filepath.Join(base, "bin", "damselfly"), b.logf); err != nil {
+		return err
 	}
 	bi, err := b.prepareImage(ctx, b.regDir)
 	if err != nil {
