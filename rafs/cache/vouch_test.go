@@ -23,6 +23,20 @@ func (v *verifyCounter) verify(m Meta, stored []byte) error {
 	return rafs.VerifyChunk(ck, stored, new([]byte))
 }
 
+// stateOf is the fileID of the file at path.
+func stateOf(t *testing.T, path string) fileID {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok := idOf(fi)
+	if !ok {
+		t.Fatalf("%s: no stat data", path)
+	}
+	return id
+}
+
 func getVerified(t *testing.T, c *Cache, v *verifyCounter) {
 	t.Helper()
 	m, got, err := c.GetVerified(v.tc.ckKey(), nil, v.verify)
@@ -60,17 +74,21 @@ func TestGetVerifiedSkipsKnownFiles(t *testing.T) {
 			}
 
 			// Rewritten in place with the same bytes: same inode, new
-			// ctime. Past the coarse clock's tick first, so the change
-			// shows in ctime even on kernels without fine-grained
-			// timestamps.
+			// ctime (rewritten until the ctime shows it: a kernel
+			// without fine-grained timestamps ticks every few ms).
 			path := a.paths.entry(v.tc.ckKey())
 			raw, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(20 * time.Millisecond)
-			if err := os.WriteFile(path, raw, 0o600); err != nil {
-				t.Fatal(err)
+			before := stateOf(t, path)
+			for deadline := time.Now().Add(5 * time.Second); stateOf(t, path) == before; {
+				if time.Now().After(deadline) {
+					t.Fatal("the entry's ctime did not change in 5 s of rewrites")
+				}
+				if err := os.WriteFile(path, raw, 0o600); err != nil {
+					t.Fatal(err)
+				}
 			}
 			v.calls = 0
 			getVerified(t, a, v)
