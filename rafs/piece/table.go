@@ -147,7 +147,8 @@ func (t *Table) Encode() []byte {
 
 // Decode parses an encoded table, checking magic, version, flags, limits,
 // the length against the piece count (before allocating) and the CRC; a
-// table not flagged partial must know every digest. It never panics.
+// table is flagged partial exactly when it lacks a digest. It never
+// panics.
 func Decode(b []byte) (*Table, error) {
 	if len(b) < headerSize+4 || len(b) > MaxEncodedSize {
 		return nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
@@ -186,7 +187,12 @@ func Decode(b []byte) (*Table, error) {
 	if err := t.Check(); err != nil {
 		return nil, err
 	}
-	if flags&flagPartial == 0 && !t.Complete() {
+	// The flag says exactly whether a digest is missing, as Encode
+	// writes it: one encoding per table.
+	if partial := flags&flagPartial != 0; partial == t.Complete() {
+		if partial {
+			return nil, fmt.Errorf("%w: a table flagged partial that knows every digest", ErrCorrupt)
+		}
 		return nil, fmt.Errorf("%w: a piece without a digest in a table not flagged partial", ErrCorrupt)
 	}
 	return t, nil
