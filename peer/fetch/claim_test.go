@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p"
-
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
 	"damselfly/rafs/registry"
@@ -47,16 +45,7 @@ type claimRig struct {
 
 func newClaimRig(t *testing.T, hedge time.Duration) *claimRig {
 	t.Helper()
-	h, err := libp2p.New(libp2p.NoListenAddrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	c, err := cache.Open(cache.Default(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	h, c := soloHostCache(t)
 	r := &claimRig{c: c, blob: rafs.Digest{9}, o: &gatedOrigin{gate: make(chan struct{})}}
 	for i := range 3 {
 		d := fmt.Appendf(nil, "piece %d of a plain blob, raw", i)
@@ -65,9 +54,9 @@ func newClaimRig(t *testing.T, hedge time.Duration) *claimRig {
 		r.data = append(r.data, d)
 		r.o.blob = append(r.o.blob, d...)
 	}
-	cfg := Config{FetchDeadline: 5 * time.Second, RouteTimeout: time.Second, ParentTimeout: time.Second, AvoidDuration: time.Second,
-		SlowAvoidDuration: time.Second, MaxParallelParents: 1, OriginMaxRange: 1 << 20, MaxParallelOrigin: 1,
-		MaxRetryDelay: 100 * time.Millisecond, HedgeDelay: hedge}
+	cfg := soloConfig()
+	cfg.HedgeDelay = hedge
+	var err error
 	r.e, err = New(cfg, Deps{Host: h, Cache: c, Holdings: &memHoldings{held: map[cache.Key]bool{}}, Origin: r.o})
 	if err != nil {
 		t.Fatal(err)

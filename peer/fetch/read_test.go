@@ -6,13 +6,41 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
 
 	"damselfly/rafs"
 	"damselfly/rafs/cache"
 	"damselfly/rafs/registry"
 )
+
+// soloHostCache is what an engine with no peers runs on: a libp2p host
+// that does not listen and a node cache in a temporary directory, both
+// closed at the end of the test.
+func soloHostCache(t *testing.T) (host.Host, *cache.Cache) {
+	t.Helper()
+	h, err := libp2p.New(libp2p.NoListenAddrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	c, err := cache.Open(cache.Default(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return h, c
+}
+
+// soloConfig is an engine Config for such tests: short deadlines, one
+// parent and one origin range at a time.
+func soloConfig() Config {
+	return Config{FetchDeadline: 5 * time.Second, RouteTimeout: time.Second, ParentTimeout: time.Second,
+		AvoidDuration: time.Second, SlowAvoidDuration: time.Second, MaxParallelParents: 1,
+		OriginMaxRange: 1 << 20, MaxParallelOrigin: 1, MaxRetryDelay: 100 * time.Millisecond}
+}
 
 // countingCache counts the lookups of a real node cache.
 type countingCache struct {
@@ -70,23 +98,12 @@ func (o *memOrigin) ReadRange(_ context.Context, _ registry.Ref, _ rafs.Digest, 
 // chunk is a hit: one lookup.
 func TestColdMissProbesCacheOnce(t *testing.T) {
 	t.Parallel()
-	h, err := libp2p.New(libp2p.NoListenAddrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	c, err := cache.Open(cache.Default(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	h, c := soloHostCache(t)
 	cc := &countingCache{Cache: c}
 	data := []byte("a raw chunk of a blob, stored as it is")
 	chunk := rafs.Chunk{Digest: rafs.Digest(sha256.Sum256(data)), CompressedSize: uint32(len(data)), Size: uint32(len(data))}
 	o := &memOrigin{blob: data, lookups: cc.has.Load}
-	cfg := Config{FetchDeadline: 5e9, RouteTimeout: 1e9, ParentTimeout: 1e9, AvoidDuration: 1e9, SlowAvoidDuration: 1e9,
-		MaxParallelParents: 1, OriginMaxRange: 1 << 20, MaxParallelOrigin: 1, MaxRetryDelay: 1e8}
-	e, err := New(cfg, Deps{Host: h, Cache: cc, Holdings: &memHoldings{held: map[cache.Key]bool{}}, Origin: o})
+	e, err := New(soloConfig(), Deps{Host: h, Cache: cc, Holdings: &memHoldings{held: map[cache.Key]bool{}}, Origin: o})
 	if err != nil {
 		t.Fatal(err)
 	}
