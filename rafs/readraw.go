@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"hash"
 	"io"
+
+	"damselfly/rafs/bufpool"
 )
 
 // readRawStep is how many bytes ReadRawChunk lets arrive before hashing
@@ -46,19 +48,25 @@ func ReadRawChunk(r io.Reader, c Chunk, dst []byte) error {
 	return err
 }
 
-// ReadRawChunkGrowing is ReadRawChunk into memory it allocates as the
-// bytes arrive, not ahead of them: a buffer of min(c.CompressedSize,
-// first) bytes (first > 0), four times larger each time it fills, the
-// last one exactly c.CompressedSize. A stream that stops early, whatever
-// length it promised, has cost at most first + 6 times the bytes it sent.
-// It returns the chunk's stored bytes, the caller's to keep, or the error
-// ReadRawChunk would.
+// ReadRawChunkGrowing is ReadRawChunk into memory it takes as the bytes
+// arrive, not ahead of them: a buffer of the chunk's whole size when the
+// pool (rafs/bufpool) has one, which costs nothing new; otherwise one of
+// min(c.CompressedSize, first) bytes (first > 0), four times larger each
+// time it fills, the last one exactly c.CompressedSize long. A stream
+// that stops early, whatever length it promised, has cost at most first
+// + 6 times the bytes it sent in new memory. It returns the chunk's
+// stored bytes, the caller's to keep, in a buffer it may give back with
+// bufpool.Put once nothing uses it; or the error ReadRawChunk would.
 func ReadRawChunkGrowing(r io.Reader, c Chunk, first int) ([]byte, error) {
 	if !c.HashesStored() || first <= 0 {
 		return nil, fmt.Errorf("chunk %s: reading a chunk of %d stored in %d (compressed %v, %s) as hashed as stored, first %d",
 			c.Digest, c.Size, c.CompressedSize, c.Compressed(), c.Algo(), first)
 	}
-	return readRaw(r, c, make([]byte, min(int(c.CompressedSize), first)), 4)
+	if b, ok := bufpool.Take(int(c.CompressedSize)); ok {
+		return readRaw(r, c, b, 0)
+	}
+	n := min(int(c.CompressedSize), first)
+	return readRaw(r, c, make([]byte, n, bufpool.Cap(n)), 4)
 }
 
 // readRaw reads the stored bytes of chunk c, which HashesStored, from r
@@ -85,8 +93,12 @@ func readRaw(r io.Reader, c Chunk, dst []byte, grow int) ([]byte, error) {
 		if filled == len(dst) {
 			// Full: only a growing read gets here. The hashed state
 			// depends on positions, not on the buffer, and survives.
-			next := make([]byte, min(total, grow*len(dst)))
+			// Each buffer has a pool class's capacity, so that the last
+			// one can go back to the pool, and the outgrown ones do now.
+			n := min(total, grow*len(dst))
+			next := make([]byte, n, bufpool.Cap(n))
 			copy(next, dst)
+			bufpool.Put(dst)
 			dst = next
 		}
 		// Read a step's worth (or to the end) before hashing, however

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+
+	"damselfly/rafs/bufpool"
 )
 
 // ReadRawChunkGrowing reads and checks what ReadRawChunk does, whatever
@@ -31,6 +33,12 @@ func TestReadRawChunkGrowing(t *testing.T) {
 					if err != nil || !bytes.Equal(got, data[:n]) {
 						t.Fatalf("%v, %d bytes, first %d, %T: got %d bytes, %v", algo, n, first, r, len(got), err)
 					}
+					// A pool class's capacity, so the caller can give it
+					// back; and so it is, to be taken by a later read.
+					if cap(got) != bufpool.Cap(n) {
+						t.Fatalf("%v, %d bytes: capacity %d, want %d", algo, n, cap(got), bufpool.Cap(n))
+					}
+					bufpool.Put(got)
 				}
 			}
 			bad := bytes.Clone(data[:n])

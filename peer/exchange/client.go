@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"damselfly/rafs"
+	"damselfly/rafs/bufpool"
 )
 
 // ReadIdleTimeout is how long Fetch waits for any progress from the peer
@@ -58,7 +59,9 @@ type FetchResult struct {
 // describing the stored bytes as sent, which may be the other form than
 // requested (the peer may hold the same content raw or compressed); stored
 // is deliver's to keep: each chunk arrives in a buffer of its own, which
-// Fetch does not touch after the call. An error from deliver stops the fetch and
+// Fetch does not touch after the call, and which its owner may give to
+// rafs/bufpool once nothing uses it (a chunk hashed as stored comes in a
+// buffer of the pool, or of a pool class's capacity). An error from deliver stops the fetch and
 // is returned, wrapped. A nil deliver only verifies.
 //
 // The batch must satisfy the protocol's limits (at most
@@ -170,7 +173,8 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 		// but it is the peer's word: the buffer grows as the bytes
 		// come. A buffer per chunk: deliver keeps it (the node caches
 		// the chunk and serves it from memory meanwhile), where a
-		// reused one would have to be copied.
+		// reused one would have to be copied; its owner gives it back
+		// to the pool when done with it.
 		sc := served(c, compressed, n)
 		stored, bad, err := readStored(r, sc, dp)
 		if err != nil {
@@ -180,11 +184,13 @@ func readResponse(r io.Reader, chunks []rafs.Chunk, deliver func(rafs.Chunk, []b
 			// Honest bytes of the chunk the digest names under the
 			// other algorithm (a server of the release before does
 			// not tell the algorithms apart): not the peer's fault.
+			bufpool.Put(stored)
 			res.OtherAlgo = append(res.OtherAlgo, c)
 			res.Unanswered = chunks[i+1:]
 			continue
 		}
 		if bad != nil {
+			bufpool.Put(stored)
 			res.Bad = []rafs.Chunk{c}
 			res.Unanswered = chunks[i+1:]
 			return fmt.Errorf("%w: chunk %d: %w", ErrBadChunk, i, bad)

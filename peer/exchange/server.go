@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"damselfly/rafs"
+	"damselfly/rafs/bufpool"
 	"damselfly/rafs/cache"
 )
 
@@ -22,7 +23,8 @@ type Store interface {
 	// Get appends the stored bytes of the chunk whose key (digest and
 	// digest algorithm) is k to dst[:0] and returns them with their
 	// metadata; the result aliases dst when its capacity suffices, and
-	// the Store keeps neither. It returns an error wrapping
+	// is otherwise the caller's, which may give it to rafs/bufpool; the
+	// Store keeps neither. It returns an error wrapping
 	// cache.ErrNotFound for a chunk it does not hold under k, also when it
 	// holds the same digest under the other algorithm. It may block on
 	// disk I/O and is safe for concurrent use.
@@ -239,15 +241,23 @@ func (s *Server) sendAll(ctx context.Context, st network.Stream, p peer.ID, req 
 	if err := s.write(ctx, st, p, appendResponseHead(nil, StatusOK, ""), false); err != nil {
 		return err
 	}
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
+	// The stream's record buffer: room for a record's header, then the
+	// chunk's bytes. Taken from the pool at the size of the largest chunk
+	// asked for when the pool has one (memory that costs nothing new: a
+	// peer asking for chunks this node does not hold must not make it
+	// allocate), else grown as held chunks need.
+	var buf []byte
+	if b, ok := bufpool.Take(recordHeaderSize + largest(req.chunks)); ok {
+		buf = b
+	}
+	defer func() { bufpool.Put(buf) }()
 	var scratch *[]byte
 	if !s.cfg.NoVerify {
 		scratch = bufPool.Get().(*[]byte)
 		defer bufPool.Put(scratch)
 	}
 	for _, c := range req.chunks {
-		rec := s.lookup(req.blob, c, bp, scratch)
+		rec := s.lookup(req.blob, c, &buf, scratch)
 		if err := s.write(ctx, st, p, rec, true); err != nil {
 			return fmt.Errorf("chunk %s: %w", c.Digest, err)
 		}
@@ -259,15 +269,25 @@ func (s *Server) sendAll(ctx context.Context, st network.Stream, p peer.ID, req 
 	return nil
 }
 
+// largest returns the largest stored size cs allow, at most bufpool.Max.
+func largest(cs []rafs.Chunk) int {
+	n := 0
+	for _, c := range cs {
+		n = max(n, int(min(allowance(c), bufpool.Max)))
+	}
+	return n
+}
+
 // lookup returns the whole record for c: header and, when the chunk is
-// held, its stored bytes, in *bp (grown as needed). Nothing chunk-sized
-// is allocated before the Store found the chunk, and then only what it
-// holds: a request names sizes of up to 16 MiB per chunk, and a peer
-// asking for chunks this node does not have must not cost it that.
+// held, its stored bytes, in *bp (replaced by a larger pool buffer as
+// needed). Nothing chunk-sized is allocated before the Store found the
+// chunk, and then only what it holds: a request names sizes of up to 16
+// MiB per chunk, and a peer asking for chunks this node does not have
+// must not cost it that.
 func (s *Server) lookup(blob rafs.Digest, c rafs.Chunk, bp, scratch *[]byte) []byte {
 	buf := *bp
 	if cap(buf) < recordHeaderSize {
-		buf = make([]byte, recordHeaderSize)
+		buf = make([]byte, recordHeaderSize) // no chunk-sized buffer before one is found
 		*bp = buf
 	}
 	buf = buf[:cap(buf)]
@@ -327,11 +347,14 @@ func (s *Server) lookup(blob rafs.Digest, c rafs.Chunk, bp, scratch *[]byte) []b
 		return buf[:recordHeaderSize+len(stored)]
 	}
 	// The Store did not use the buffer: it was too small for the chunk
-	// (or the Store ignores dst). Copy into one that fits, and keep it
-	// for the next chunks of the stream.
-	out := make([]byte, recordHeaderSize+len(stored))
+	// (or the Store ignores dst). Copy into a pool buffer that fits, and
+	// keep it for the next chunks of the stream; the Store's buffer and
+	// the old one go back.
+	out := bufpool.Get(recordHeaderSize + len(stored))
 	copy(out, head)
 	copy(out[recordHeaderSize:], stored)
+	bufpool.Put(stored)
+	bufpool.Put(*bp)
 	*bp = out
 	return out
 }

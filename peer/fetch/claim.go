@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"damselfly/rafs"
+	"damselfly/rafs/bufpool"
 	"damselfly/rafs/flight"
 	"damselfly/rafs/registry"
 )
@@ -100,7 +101,9 @@ func (c *Claimed) Chunks() []rafs.Chunk { return slices.Clone(c.chunks) }
 // Kept finishes the flight of asked (one of Chunks, as given), which the
 // caller fetched as got (the form its bytes are stored in), verified
 // against its digest, cached and holds: the reads waiting on it get
-// stored, as they would from the engine's own fetch.
+// stored, as they would from the engine's own fetch. stored becomes the
+// claim's: a buffer of its own, which goes back to rafs/bufpool once the
+// reads are done with it (at once when the flight went to the engine).
 func (c *Claimed) Kept(asked, got rafs.Chunk, stored []byte) {
 	k := flightKeyOf(c.blob, asked, c.src)
 	c.mu.Lock()
@@ -110,10 +113,11 @@ func (c *Claimed) Kept(asked, got rafs.Chunk, stored []byte) {
 	}
 	c.mu.Unlock()
 	if !ok {
+		bufpool.Put(stored)
 		return
 	}
 	c.e.kept.Add(1) // before the flight leaves the group, as keep does
-	c.e.finish(w.f, got, stored, nil, false)
+	c.e.finishPooled(w.f, got, stored)
 }
 
 // Release ends the claim. The flights of chunks that were not kept go to

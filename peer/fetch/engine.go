@@ -43,7 +43,8 @@ type Cache interface {
 	// Has reports whether an entry for k exists, without reading it.
 	Has(k cache.Key) bool
 	// GetVerified returns k's entry: its metadata and stored bytes (into
-	// buf if it is big enough), checked with verify unless the cache
+	// buf if it is big enough, else into a buffer that is the caller's
+	// and may go to rafs/bufpool), checked with verify unless the cache
 	// knows them to be right already (it wrote or verified that very
 	// file). It fails if there is none, or if verify refuses the bytes
 	// (the entry is then removed).
@@ -168,14 +169,16 @@ func New(cfg Config, d Deps) (*Engine, error) {
 		d.Now = time.Now
 	}
 	life, stop := context.WithCancel(context.Background())
-	return &Engine{
+	e := &Engine{
 		cfg: cfg, h: d.Host, cache: d.Cache, hold: d.Holdings, router: d.Router, origin: d.Origin,
 		transient: d.Transient, log: d.Log, m: d.Metrics, recent: newRecent(), now: d.Now,
 		life: life, stop: stop,
 		writes: make(chan struct{}, maxBackgroundWrites),
 		avoid:  make(avoidList),
 		slow:   make(avoidList),
-	}, nil
+	}
+	e.flights.SetRelease(fetched.release)
+	return e, nil
 }
 
 // Close cancels the fetches in progress and waits for them to end. Reads

@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"damselfly/rafs"
+	"damselfly/rafs/bufpool"
 	"damselfly/rafs/flight"
 	"damselfly/rafs/registry"
 )
@@ -21,11 +22,23 @@ import (
 type chunkFlight = flight.Flight[flightKey, fetched]
 
 // fetched is a flight's result: the chunk as its bytes are stored, and
-// for an error, whether it may pass if asked again.
+// for an error, whether it may pass if asked again. With pooled, stored
+// is a buffer of its own (not a slice of another's, such as an origin
+// run's) that goes back to rafs/bufpool when the flight is settled and
+// its last read has left it (flight.Group.SetRelease): the reads deliver
+// it and keep nothing (ReadChunks' contract), and the cache copies it.
 type fetched struct {
 	got       rafs.Chunk
 	stored    []byte
 	transient bool
+	pooled    bool
+}
+
+// release gives a pooled result's buffer back.
+func (v fetched) release() {
+	if v.pooled {
+		bufpool.Put(v.stored)
+	}
 }
 
 // wanted is a chunk a batch leads the flight of, as the leading read
@@ -97,4 +110,10 @@ func (e *Engine) leave(fs []*chunkFlight) {
 // only makes it done.
 func (e *Engine) finish(f *chunkFlight, got rafs.Chunk, stored []byte, err error, transient bool) {
 	e.flights.Finish(f, fetched{got: got, stored: stored, transient: transient}, err)
+}
+
+// finishPooled is finish with a chunk's bytes in a buffer of their own,
+// which the flight gives back to rafs/bufpool when done with it.
+func (e *Engine) finishPooled(f *chunkFlight, got rafs.Chunk, stored []byte) {
+	e.flights.Finish(f, fetched{got: got, stored: stored, pooled: true}, nil)
 }

@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"damselfly/rafs"
+	"damselfly/rafs/bufpool"
 	"damselfly/rafs/cache"
 )
 
@@ -34,6 +35,8 @@ func (e *Engine) fromCache(g *group) {
 			if f := g.take(c.Ordinal); f != nil {
 				e.m.Delivered(SourceCache, len(stored))
 				hits = append(hits, hit{f, sc, stored})
+			} else {
+				bufpool.Put(stored)
 			}
 			// Announced even if held already: the read that kept it
 			// may not have announced it yet, and this one's readers
@@ -46,7 +49,7 @@ func (e *Engine) fromCache(g *group) {
 		e.router.Announce(g.blob, announce)
 	}
 	for _, h := range hits {
-		e.finish(h.f, h.c, h.stored, nil, false)
+		e.finishPooled(h.f, h.c, h.stored) // read into a buffer of its own (nil dst)
 	}
 }
 
@@ -58,16 +61,23 @@ func (e *Engine) fromCache(g *group) {
 // records it as held and announces it, and only then makes it done, for
 // the reads that wait for that (so that a reader that got it can count on
 // other peers finding it). The fetch waits for its writes before it ends.
-func (e *Engine) keep(g *group, c rafs.Chunk, stored []byte, source string) {
+//
+// With pooled, stored is a buffer of its own that goes back to
+// rafs/bufpool once the flight is done with it (or at once, for a copy
+// that came second).
+func (e *Engine) keep(g *group, c rafs.Chunk, stored []byte, source string, pooled bool) {
 	f := g.take(c.Ordinal)
 	if f == nil {
 		// A copy that comes second (a hedged request and the one it
 		// hedged both got it): the first is being kept.
 		e.m.duplicate(len(stored))
+		if pooled {
+			bufpool.Put(stored)
+		}
 		return
 	}
 	e.m.Delivered(source, len(stored))
-	e.flights.Resolve(f, fetched{got: c, stored: stored}, nil)
+	e.flights.Resolve(f, fetched{got: c, stored: stored, pooled: pooled}, nil)
 	e.writes <- struct{}{}
 	g.keeping.Add(1)
 	go func() {

@@ -85,7 +85,7 @@ func (e *Engine) fetchRun(ctx context.Context, g *group, run runs.Run, turn bool
 				e.failNow(g, []rafs.Chunk{c}, err)
 				continue
 			}
-			e.keep(g, c, stored, SourceOrigin)
+			e.keep(g, c, stored, SourceOrigin, false) // a slice of the run's buffer
 		}
 	}()
 	var err error

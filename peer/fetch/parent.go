@@ -52,7 +52,7 @@ func (e *Engine) fetchParent(ctx context.Context, g *group, p lpeer.AddrInfo, re
 			hg = e.startHedge(ctx, cancel, g, p.ID, batch)
 		}
 		res, err := exchange.FetchWatched(pctx, e.h, p.ID, g.blob, batch, func(c rafs.Chunk, stored []byte) error {
-			e.keep(g, c, stored, SourcePeer) // stored is ours (exchange.Fetch)
+			e.keep(g, c, stored, SourcePeer, true) // stored is ours (exchange.Fetch)
 			hg.progress()
 			return nil
 		}, hg.bytesFunc())

@@ -2,9 +2,9 @@ package fetch
 
 import (
 	"context"
-	"sync"
 
 	"damselfly/rafs"
+	"damselfly/rafs/bufpool"
 	"damselfly/rafs/cache"
 	"damselfly/rafs/registry"
 )
@@ -84,8 +84,7 @@ func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob, atOrigin
 	for i, c := range chunks {
 		f := flights[i]
 		if f == nil {
-			bp := cachedPool.Get().(*[]byte)
-			if sc, stored, ok := e.readCache(c, (*bp)[:0]); ok {
+			if sc, stored, ok := e.readCache(c, nil); ok {
 				e.m.Delivered(SourceCache, len(stored))
 				if e.hold.Hold(blob, c.Ordinal, cache.KeyOf(c)) {
 					// Held under another ordinal of the blob.
@@ -93,15 +92,13 @@ func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob, atOrigin
 				}
 				err := deliver(i, sc, stored)
 				// deliver does not keep stored (ReadChunks' contract):
-				// the buffer, grown to it, serves the next hit.
-				*bp = stored[:0]
-				cachedPool.Put(bp)
+				// the buffer, the pool's, serves a later chunk.
+				bufpool.Put(stored)
 				if err != nil {
 					return err
 				}
 				continue
 			}
-			cachedPool.Put(bp)
 			// Evicted since Has, or corrupt: fetch it on its own.
 			fs := e.join(up, blob, atOrigin, []rafs.Chunk{c}, e.kept.Load())
 			defer e.leave(fs)
@@ -133,12 +130,6 @@ func (e *Engine) readChunks(ctx context.Context, up registry.Ref, blob, atOrigin
 	}
 	return nil
 }
-
-// cachedPool holds the buffers chunks read from the node cache are
-// delivered from: a piece of a plain blob is 4 MiB, and a fresh buffer
-// for each cost its allocation and the zeroing of its pages (a tenth of
-// the peer's CPU in a plain pull).
-var cachedPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // readCache reads c's stored bytes from the node cache into dst (grown
 // as needed; the result aliases it when it is large enough) and

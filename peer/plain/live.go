@@ -14,6 +14,7 @@ import (
 
 	"damselfly/peer/exchange"
 	"damselfly/rafs"
+	"damselfly/rafs/bufpool"
 	"damselfly/rafs/cache"
 	"damselfly/rafs/piece"
 	"damselfly/rafs/registry"
@@ -486,8 +487,11 @@ func (s *Source) fetchAssigned(ctx context.Context, up registry.Ref, lv *live, p
 			// engine's own fetches do.
 			s.router.Announce(key, []uint32{c.Ordinal})
 			got = append(got, c.Ordinal)
+			// stored is ours (exchange.Fetch): Kept takes it.
 			if a, ok := asked[c.Ordinal]; ok {
 				cl.Kept(a, c, stored)
+			} else {
+				bufpool.Put(stored)
 			}
 			return nil
 		}, func(int) { cl.Progress() })

@@ -2,15 +2,11 @@ package cache
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"damselfly/rafs"
+	"damselfly/rafs/bufpool"
 )
-
-// storedPool holds buffers for compressed stored bytes on their way to
-// being decoded.
-var storedPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // ReadChunk fills dst (len(dst) == int(ck.Size)) with ck's content from
 // the cache, decoded and verified against ck.Digest with rafs.DecodeChunk.
@@ -82,11 +78,9 @@ func decodeEntry(e *entryFile, ck rafs.Chunk, dst []byte) error {
 	if !m.Compressed {
 		stored, err = e.readPayload(dst) // straight into dst: StoredSize == Size
 	} else {
-		bp := storedPool.Get().(*[]byte)
-		defer storedPool.Put(bp)
-		stored, err = e.readPayload(*bp)
-		if err == nil {
-			*bp = stored[:0]
+		// Into a buffer of the pool, given back once decoded.
+		if stored, err = e.readPayload(nil); err == nil {
+			defer bufpool.Put(stored)
 		}
 	}
 	if err != nil {

@@ -8,9 +8,10 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"syscall"
+
+	"damselfly/rafs/bufpool"
 )
 
 // entryFile is an open entry whose header and length have been checked.
@@ -100,11 +101,16 @@ func (e *entryFile) check(k Key, direct bool) error {
 	return nil
 }
 
-// readPayload appends the stored bytes to dst[:0] and checks their CRC.
-// The result aliases dst when its capacity suffices.
+// readPayload reads the stored bytes into dst[:n] and checks their CRC.
+// The result aliases dst when its capacity suffices; otherwise it is a
+// buffer from rafs/bufpool, which the caller may give back.
 func (e *entryFile) readPayload(dst []byte) ([]byte, error) {
 	n := int(e.hdr.meta.StoredSize)
-	dst = slices.Grow(dst[:0], n)[:n]
+	if cap(dst) >= n {
+		dst = dst[:n]
+	} else {
+		dst = bufpool.Get(n)
+	}
 	if e.whole != nil {
 		copy(dst, (*e.whole)[headerSize:])
 	} else if _, err := e.f.ReadAt(dst, headerSize); err != nil {

@@ -7,15 +7,18 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"damselfly/rafs/bufpool"
 )
 
 // touchInterval throttles the mtime refresh that makes a read visible to
 // other processes' eviction: at most one utimensat per entry per interval.
 const touchInterval = time.Minute
 
-// Get appends k's stored bytes to dst[:0] and returns them with their
-// metadata. The result aliases dst when its capacity suffices; the cache
-// keeps no reference to either. Get checks the header and the payload's
+// Get puts k's stored bytes in dst[:n] and returns them with their
+// metadata. The result aliases dst when its capacity suffices, and is
+// otherwise a buffer from rafs/bufpool that the caller owns and may give
+// back (bufpool.Put); the cache keeps no reference to either. Get checks the header and the payload's
 // CRC32-C, not the chunk digest (ReadChunk does).
 //
 // It returns ErrNotFound when the cache does not hold k: never put,
@@ -47,7 +50,7 @@ func (c *Cache) get(k Key, dst []byte) (Meta, []byte, fileID, error) {
 	var m Meta
 	var out []byte
 	if c.hot.get(k, func(hm Meta, stored []byte, kept time.Time) {
-		m, out = hm, append(dst[:0], stored...)
+		m, out = hm, fill(dst, stored)
 		c.usedHot(k, kept)
 	}) {
 		return m, out, fileID{}, nil
@@ -215,4 +218,16 @@ func (c *Cache) used(k Key, path string, fi fs.FileInfo) {
 // is missing.
 func isNotExist(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
+}
+
+// fill copies b into dst, or into a buffer from rafs/bufpool when dst's
+// capacity is too small, and returns the copy.
+func fill(dst, b []byte) []byte {
+	if cap(dst) >= len(b) {
+		dst = dst[:len(b)]
+	} else {
+		dst = bufpool.Get(len(b))
+	}
+	copy(dst, b)
+	return dst
 }

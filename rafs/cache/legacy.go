@@ -41,9 +41,8 @@ func (c *Cache) adoptLegacy(k Key, dst []byte) (Meta, []byte, bool) {
 	if m.Compressed {
 		ck.Flags |= rafs.ChunkCompressed
 	}
-	scratch := storedPool.Get().(*[]byte)
-	defer storedPool.Put(scratch)
-	if rafs.VerifyChunk(ck, stored, scratch) != nil {
+	var scratch []byte // a legacy entry is read once: no pool
+	if rafs.VerifyChunk(ck, stored, &scratch) != nil {
 		return Meta{}, nil, false
 	}
 	if err := c.Put(k, m, stored); err != nil {

@@ -24,6 +24,11 @@
 //
 // Starting the work of a batch, and waiting for it on shutdown, is the
 // user's: Group only says which keys a caller leads.
+//
+// A flight's value may own memory that goes back to a pool once nobody
+// reads it (the peer's chunk buffers, package rafs/bufpool): with
+// SetRelease, the Group calls a function on each value when its flight is
+// settled and no caller holds a reference to it any more.
 package flight
 
 import (
@@ -38,6 +43,7 @@ type Group[K comparable, V any] struct {
 	mu      sync.Mutex
 	flights map[K]*Flight[K, V]
 	closed  error // set by Close: Join starts nothing any more
+	release func(V)
 }
 
 // Batch is the flights one Join started, fetched together under one
@@ -60,8 +66,34 @@ type Flight[K comparable, V any] struct {
 	done  chan struct{}
 
 	resolved, settled bool // guarded by the group's mutex
+	holders           int  // references callers hold on f itself; guarded too
+	released          bool // the release function had f's value; guarded too
 	val               V
 	err               error
+}
+
+// SetRelease makes the group call fn with each flight's value once the
+// flight is settled and every reference to it (Join's, given back by
+// Leave) is given back: nobody reads the value after that, so fn may
+// recycle what it owns. fn runs with the group's mutex held and must not
+// call the group. A caller must read a value with Result while it holds
+// its reference; Wait, which gives the reference back before it returns
+// the value, must not be used on a group with a release function. Call
+// SetRelease before the group is used.
+func (g *Group[K, V]) SetRelease(fn func(V)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.release = fn
+}
+
+// releaseLocked hands f's value to the release function if f is settled
+// and unheld, once. The caller holds the group's mutex.
+func (g *Group[K, V]) releaseLocked(f *Flight[K, V]) {
+	if g.release == nil || !f.settled || f.holders > 0 || f.released || !f.resolved {
+		return
+	}
+	f.released = true
+	g.release(f.val)
 }
 
 // Join returns a flight for each of keys, in order, each holding one
@@ -91,13 +123,14 @@ func (g *Group[K, V]) Join(parent context.Context, keys ...K) (fs []*Flight[K, V
 			shared++
 		}
 		f.b.refs++
+		f.holders++
 		fs[i] = f
 	}
 	if closed != nil {
 		b.abandoned = true
 		for _, f := range b.flights {
-			f.resolveLocked(*new(V), closed)
-			f.settleLocked()
+			g.resolveLocked(f, *new(V), closed)
+			g.settleLocked(f)
 		}
 	}
 	g.mu.Unlock()
@@ -151,6 +184,8 @@ func (g *Group[K, V]) Leave(fs ...*Flight[K, V]) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, f := range fs {
+		f.holders--
+		g.releaseLocked(f)
 		b := f.b
 		b.refs--
 		if b.refs > 0 || b.detached || b.abandoned {
@@ -168,7 +203,9 @@ func (g *Group[K, V]) Leave(fs ...*Flight[K, V]) {
 
 // Wait returns f's result once it is ready, or ctx's error if ctx ends
 // first; either way it gives back the caller's reference to f (Leave),
-// so the last caller to give up on a batch cancels it.
+// so the last caller to give up on a batch cancels it. Not for a group
+// with a release function (SetRelease): the value may be released by the
+// time Wait returns it.
 func (g *Group[K, V]) Wait(ctx context.Context, f *Flight[K, V]) (V, error) {
 	defer g.Leave(f)
 	select {
@@ -185,7 +222,7 @@ func (g *Group[K, V]) Wait(ctx context.Context, f *Flight[K, V]) (V, error) {
 func (g *Group[K, V]) Resolve(f *Flight[K, V], v V, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	f.resolveLocked(v, err)
+	g.resolveLocked(f, v, err)
 }
 
 // Settle ends a resolved flight: it leaves the group, so that a later
@@ -198,7 +235,7 @@ func (g *Group[K, V]) Settle(f *Flight[K, V]) {
 	if !f.resolved {
 		panic("flight: Settle before Resolve")
 	}
-	f.settleLocked()
+	g.settleLocked(f)
 }
 
 // Finish is Resolve then Settle, at once: for a result that is final
@@ -207,11 +244,13 @@ func (g *Group[K, V]) Settle(f *Flight[K, V]) {
 func (g *Group[K, V]) Finish(f *Flight[K, V], v V, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	f.resolveLocked(v, err)
-	f.settleLocked()
+	g.resolveLocked(f, v, err)
+	g.settleLocked(f)
 }
 
-func (f *Flight[K, V]) resolveLocked(v V, err error) {
+// resolveLocked records f's first result; a later one is dropped, and
+// never released: its caller may still be using it.
+func (g *Group[K, V]) resolveLocked(f *Flight[K, V], v V, err error) {
 	if f.resolved {
 		return
 	}
@@ -220,15 +259,16 @@ func (f *Flight[K, V]) resolveLocked(v V, err error) {
 	close(f.ready)
 }
 
-func (f *Flight[K, V]) settleLocked() {
+func (g *Group[K, V]) settleLocked(f *Flight[K, V]) {
 	if f.settled {
 		return
 	}
 	f.settled = true
-	if g := f.b.g; g.flights[f.key] == f {
+	if g.flights[f.key] == f {
 		delete(g.flights, f.key)
 	}
 	close(f.done)
+	g.releaseLocked(f)
 }
 
 // Busy reports whether a flight of k is in the group.

@@ -346,3 +346,58 @@ func TestLastOfManyCancels(t *testing.T) {
 		})
 	}
 }
+
+// A value goes to the release function once its flight is settled and
+// every reference to it is given back, whichever comes last, and only
+// once; a value that loses to an earlier result is never released (its
+// caller may be using it); flights that end with nobody holding them are
+// released at their settling.
+func TestReleaseAfterSettleAndLastLeave(t *testing.T) {
+	t.Parallel()
+	var g Group[string, int]
+	var released []int
+	g.SetRelease(func(v int) { released = append(released, v) })
+	want := func(step string, vs ...int) {
+		t.Helper()
+		if fmt.Sprint(released) != fmt.Sprint(vs) {
+			t.Fatalf("%s: released %v, want %v", step, released, vs)
+		}
+	}
+
+	fs, b, _, _ := g.Join(t.Context(), "a", "a")
+	fs2, _, _, _ := g.Join(t.Context(), "a")
+	g.Resolve(fs[0], 1, nil)
+	g.Resolve(fs[0], 2, nil) // loses: nobody's result, and not released
+	want("second value")
+	g.Settle(fs[0])
+	want("settled, held three times")
+	g.Leave(fs[0])
+	g.Leave(fs2...)
+	want("settled, held once")
+	if v, err := fs[1].Result(); v != 1 || err != nil {
+		t.Fatalf("Result while held: %d, %v", v, err)
+	}
+	g.Leave(fs[1])
+	want("settled, unheld", 1)
+	g.Leave() // nothing to give back: nothing more released
+	want("again", 1)
+	b.Cancel()
+
+	// Left before it is settled: released at the settling.
+	fs, b, _, _ = g.Join(t.Context(), "b")
+	g.Resolve(fs[0], 3, nil)
+	g.Leave(fs...)
+	want("resolved, unheld, not settled", 1)
+	g.Settle(fs[0])
+	want("settled after the last leave", 1, 3)
+	g.Finish(fs[0], 4, nil) // settled already: 4 loses
+	want("finished again", 1, 3)
+	b.Cancel()
+
+	// Closed: the flights Join makes are finished with the zero value,
+	// released when given back.
+	g.Close(errors.New("closed"))
+	fs, _, _, _ = g.Join(t.Context(), "c")
+	g.Leave(fs...)
+	want("closed", 1, 3, 0)
+}
