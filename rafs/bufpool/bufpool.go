@@ -1,5 +1,7 @@
 // Package bufpool holds chunk-sized byte buffers for reuse, in size
-// classes of powers of two from 64 KiB to 16 MiB.
+// classes of powers of two from 64 KiB to 16 MiB, each with Slack bytes
+// more, so that a chunk of a power-of-two size (a 4 MiB piece of a plain
+// blob) and a record header in front of it fit its class.
 //
 // On the machines this project measures on, memory the process touches
 // for the first time, or again after the Go runtime gave it back to the
@@ -29,11 +31,17 @@ const (
 	maxShift = 24 // the largest class: 16 MiB
 	classes  = maxShift - minShift + 1
 
+	// Slack is what each class holds beyond its power of two.
+	Slack = 4 << 10
+
 	// Min and Max are the smallest and largest class sizes. A request
 	// for more than Max bytes is a plain allocation, never pooled.
-	Min = 1 << minShift
-	Max = 1 << maxShift
+	Min = 1<<minShift + Slack
+	Max = 1<<maxShift + Slack
 )
+
+// size is class i's capacity.
+func size(i int) int { return 1<<(minShift+i) + Slack }
 
 // poison is Poison's switch.
 var poison atomic.Bool
@@ -44,8 +52,8 @@ var poison atomic.Bool
 // by luck. For tests: a package's TestMain turns it on.
 func Poison(on bool) { poison.Store(on) }
 
-// pools[i] holds buffers of capacity 1<<(minShift+i), as *[]byte so
-// that a Put allocates no interface box.
+// pools[i] holds buffers of capacity size(i), as *[]byte so that a Put
+// allocates no interface box.
 var pools [classes]sync.Pool
 
 // class returns the index of the smallest class that holds n bytes, or
@@ -57,14 +65,14 @@ func class(n int) int {
 	if n <= Min {
 		return 0
 	}
-	return bits.Len(uint(n-1)) - minShift
+	return bits.Len(uint(n-Slack-1)) - minShift
 }
 
 // Cap returns the capacity Get gives a buffer of n bytes: its class's
 // size, or n itself above Max.
 func Cap(n int) int {
 	if i := class(n); i >= 0 {
-		return 1 << (minShift + i)
+		return size(i)
 	}
 	return n
 }
@@ -102,7 +110,7 @@ func Take(n int) ([]byte, bool) {
 func Put(b []byte) {
 	c := cap(b)
 	i := class(c)
-	if i < 0 || c != 1<<(minShift+i) {
+	if i < 0 || c != size(i) {
 		return
 	}
 	b = b[:c]
