@@ -11,6 +11,7 @@ import (
 
 	"damselfly/fusemount/backend"
 	"damselfly/rafs"
+	"damselfly/rafs/bufpool"
 	"damselfly/rafs/cache"
 	"damselfly/rafs/flight"
 	"damselfly/rafs/runs"
@@ -178,8 +179,10 @@ func NewFetcher(b *rafs.Bootstrap, c *cache.Cache, be Backend, cfg FetcherConfig
 		m = NewMetrics()
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Fetcher{b: b, cache: c, backend: be, runs: runsOf(be), cfg: cfg, log: log, mem: mem, m: m,
-		raLimit: int64(max(8, 4*cfg.ReadaheadChunks)), bgCtx: ctx, bgStop: stop, slowRead: slowRead}, nil
+	f := &Fetcher{b: b, cache: c, backend: be, runs: runsOf(be), cfg: cfg, log: log, mem: mem, m: m,
+		raLimit: int64(max(8, 4*cfg.ReadaheadChunks)), bgCtx: ctx, bgStop: stop, slowRead: slowRead}
+	f.flights.SetRelease(fetched.release)
+	return f, nil
 }
 
 // Close stops background work (readahead, the tails of runs) and waits
@@ -203,32 +206,35 @@ func (f *Fetcher) ReadChunkAt(ctx context.Context, c rafs.Chunk, off int, p []by
 		return fmt.Errorf("chunk %s: range %d+%d outside %d bytes", c.Digest, off, len(p), c.Size)
 	}
 	start := time.Now()
-	data, src, err := f.chunk(ctx, c, modeDemand)
+	d, src, err := f.chunk(ctx, c, modeDemand)
 	if err != nil {
 		f.m.errors.Inc()
 		return err
 	}
-	copy(p, data[off:])
+	copy(p, d.b[off:])
+	d.drop()
 	f.m.observeRead(src, len(p), time.Since(start))
 	return nil
 }
 
-// ViewChunk implements ChunkViewer: the decoded chunks it returns are
-// allocated for the chunk and never written again (memory keeps them as
-// they are), so a reply may be written from them while they leave memory.
-func (f *Fetcher) ViewChunk(ctx context.Context, c rafs.Chunk) ([]byte, error) {
+// ViewChunk implements ChunkViewer: the decoded chunk is never written
+// again, and its buffer goes back to the pool only after done (and every
+// other holder) let go of it, so a reply may be written from it while it
+// leaves memory.
+func (f *Fetcher) ViewChunk(ctx context.Context, c rafs.Chunk) ([]byte, func(), error) {
 	start := time.Now()
-	data, src, err := f.chunk(ctx, c, modeDemand)
+	d, src, err := f.chunk(ctx, c, modeDemand)
 	if err != nil {
 		f.m.errors.Inc()
-		return nil, err
+		return nil, nil, err
 	}
-	if len(data) != int(c.Size) {
+	if len(d.b) != int(c.Size) {
+		d.drop()
 		f.m.errors.Inc()
-		return nil, fmt.Errorf("chunk %s: %d decoded bytes, want %d", c.Digest, len(data), c.Size)
+		return nil, nil, fmt.Errorf("chunk %s: %d decoded bytes, want %d", c.Digest, len(d.b), c.Size)
 	}
-	f.m.observeRead(src, len(data), time.Since(start))
-	return data, nil
+	f.m.observeRead(src, len(d.b), time.Since(start))
+	return d.b, d.drop, nil
 }
 
 // fetchMode says who wants a chunk: a reader waiting now, readahead for
@@ -241,10 +247,10 @@ const (
 	modePrefetch
 )
 
-// chunk returns the decoded bytes of c and where they came from. A miss
-// joins the chunk's flight, or starts a run with c at its head and waits
-// only for c.
-func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) ([]byte, string, error) {
+// chunk returns the decoded bytes of c, with a reference the caller
+// drops, and where they came from. A miss joins the chunk's flight, or
+// starts a run with c at its head and waits only for c.
+func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) (*decoded, string, error) {
 	if data, ok := f.mem.Get(c.Index); ok {
 		return data, SourceMemory, nil
 	}
@@ -259,7 +265,7 @@ func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) ([]by
 			// once) join its flight rather than decode it again.
 			if data, src, ok := f.warm(c); ok {
 				run.Cancel()
-				f.arrived(fl, true, data, src)
+				f.arrived(fl, true, data.hold(), src)
 				f.flights.Leave(fl)
 				return data, src, nil
 			}
@@ -270,7 +276,7 @@ func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) ([]by
 			f.failed(fl, errFetcherClosed)
 		}
 	}
-	got, err := f.flights.Wait(ctx, fl)
+	got, err := f.await(ctx, fl)
 	if !leader {
 		// Joined a fetch another caller started: a miss for them, a
 		// shared fetch for us.
@@ -280,8 +286,9 @@ func (f *Fetcher) chunk(ctx context.Context, c rafs.Chunk, mode fetchMode) ([]by
 }
 
 // warm serves c from memory (a flight that ended just before this one
-// began may have left it there) or the node cache, for a demand read.
-func (f *Fetcher) warm(c rafs.Chunk) ([]byte, string, bool) {
+// began may have left it there) or the node cache, for a demand read,
+// with a reference the caller drops.
+func (f *Fetcher) warm(c rafs.Chunk) (*decoded, string, bool) {
 	if data, ok := f.mem.Get(c.Index); ok {
 		return data, SourceMemory, true
 	}
@@ -311,17 +318,19 @@ func (f *Fetcher) launch(fn func()) bool {
 
 // fromCache reads c from the node cache, verified, keeping it in memory
 // when keep is set; a miss is counted, and logged when it is not a plain
-// absence.
-func (f *Fetcher) fromCache(c rafs.Chunk, keep bool) ([]byte, bool) {
-	buf := make([]byte, c.Size)
+// absence. The chunk comes with a reference the caller drops.
+func (f *Fetcher) fromCache(c rafs.Chunk, keep bool) (*decoded, bool) {
+	buf := bufpool.Get(int(c.Size))
 	err := f.cache.ReadChunk(c, buf)
 	if err == nil {
+		d := newDecoded(buf)
 		if keep {
-			f.mem.Add(c.Index, buf)
+			f.mem.Add(c.Index, d.hold())
 		}
 		f.m.cacheHits.Inc()
-		return buf, true
+		return d, true
 	}
+	bufpool.Put(buf)
 	if !errors.Is(err, cache.ErrNotFound) {
 		f.log.Warn("node cache read failed; fetching instead", "chunk", c.Digest.String(), "err", err)
 	}
@@ -401,7 +410,7 @@ func (f *Fetcher) fetch(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk
 			as := k
 			as.Flags = k.Flags&^rafs.ChunkCompressed | dc.Flags&rafs.ChunkCompressed
 			as.CompressedSize = dc.CompressedSize
-			dec, err := f.accept(blob, k, as, stored, plain, src, keep)
+			dec, err := f.accept(blob, k, as, stored, plain, src, keep) // ours: arrived takes it
 			if err != nil {
 				verifyErr[j] = err
 				return nil
@@ -507,14 +516,17 @@ func (f *Fetcher) read(ctx context.Context, blob rafs.Blob, chunks []rafs.Chunk,
 // and stores the chunk. plain, when not nil, is its decoded content,
 // which the backend has verified in this process and hands over (the
 // DecodedChunkBackend contract): it is kept, not decoded and hashed
-// again, nor copied. It returns the decoded bytes.
-func (f *Fetcher) accept(blob rafs.Blob, k, as rafs.Chunk, stored, plain []byte, src string, keep bool) ([]byte, error) {
+// again, nor copied. It returns the decoded bytes, with a reference the
+// caller drops.
+func (f *Fetcher) accept(blob rafs.Blob, k, as rafs.Chunk, stored, plain []byte, src string, keep bool) (*decoded, error) {
 	dec := plain
 	var err error
 	switch {
 	case plain == nil:
-		dec = make([]byte, k.Size)
-		err = rafs.DecodeChunk(as, stored, dec)
+		dec = bufpool.Get(int(k.Size))
+		if err = rafs.DecodeChunk(as, stored, dec); err != nil {
+			bufpool.Put(dec)
+		}
 	case len(plain) != int(k.Size):
 		err = fmt.Errorf("backend decoded chunk %s to %d bytes, want %d", k.Digest, len(plain), k.Size)
 	}
@@ -527,8 +539,9 @@ func (f *Fetcher) accept(blob rafs.Blob, k, as rafs.Chunk, stored, plain []byte,
 	// batch endpoint, and the peer puts every chunk it serves there in the
 	// node cache itself (perhaps still doing so): writing it here too
 	// would write it twice.
-	f.store(as, stored, dec, keep, !(plain != nil && src == SourceProxy))
-	return dec, nil
+	d := newDecoded(dec)
+	f.store(as, stored, d, keep, !(plain != nil && src == SourceProxy))
+	return d, nil
 }
 
 // plan returns c and the chunks stored right after it in the same blob
@@ -552,14 +565,15 @@ func (f *Fetcher) plan(c rafs.Chunk) []rafs.Chunk {
 
 // store keeps a verified chunk: in the node cache (stored form, shared with
 // the node's peer) unless toCache is false (the peer caches it), and then
-// in memory (decoded), so that a chunk seen in memory is in the cache too.
-// A full disk only loses the cache copy; the read is served from memory.
-func (f *Fetcher) store(k rafs.Chunk, stored, dec []byte, keep, toCache bool) {
+// in memory (decoded, with a reference of its own), so that a chunk seen
+// in memory is in the cache too. A full disk only loses the cache copy;
+// the read is served from memory.
+func (f *Fetcher) store(k rafs.Chunk, stored []byte, dec *decoded, keep, toCache bool) {
 	if f.cache != nil && toCache {
 		f.putCache(k, stored)
 	}
 	if keep || f.cache == nil {
-		f.mem.Add(k.Index, dec)
+		f.mem.Add(k.Index, dec.hold())
 	}
 }
 
@@ -627,9 +641,11 @@ func (f *Fetcher) Readahead(in rafs.Inode, idx uint32) {
 	// waiter (nobody else may) and the bound counts them until done.
 	if !f.launch(func() {
 		for _, fl := range heads {
-			if _, err := f.flights.Wait(f.bgCtx, fl); err != nil && f.bgCtx.Err() == nil {
+			got, err := f.await(f.bgCtx, fl)
+			if err != nil && f.bgCtx.Err() == nil {
 				f.log.Debug("readahead fetch failed", "err", err)
 			}
+			got.release()
 			f.raFlying.Add(-1)
 		}
 	}) {
@@ -652,8 +668,12 @@ func (f *Fetcher) Prefetch(ctx context.Context, c rafs.Chunk) (fetched bool, err
 	if f.mem.Contains(c.Index) || (f.cache != nil && f.cache.Has(cache.KeyOf(c))) {
 		return false, nil
 	}
-	_, _, err = f.chunk(ctx, c, modePrefetch)
-	return err == nil, err
+	d, _, err := f.chunk(ctx, c, modePrefetch)
+	if err != nil {
+		return false, err
+	}
+	d.drop()
+	return true, nil
 }
 
 // HasLocal implements localChunks.
@@ -664,19 +684,20 @@ func (f *Fetcher) HasLocal(c rafs.Chunk) bool {
 // LocalChunk implements localChunks: memory, else the node cache (which
 // checks the chunk's digest as it decodes it), without keeping what it
 // reads in memory or counting it as a reader's read.
-func (f *Fetcher) LocalChunk(c rafs.Chunk) ([]byte, bool) {
+func (f *Fetcher) LocalChunk(c rafs.Chunk) (*decoded, bool) {
 	if data, ok := f.mem.Get(c.Index); ok {
 		return data, true
 	}
 	if f.cache == nil {
 		return nil, false
 	}
-	buf := make([]byte, c.Size)
+	buf := bufpool.Get(int(c.Size))
 	if err := f.cache.ReadChunk(c, buf); err != nil {
+		bufpool.Put(buf)
 		if !errors.Is(err, cache.ErrNotFound) {
 			f.log.Warn("node cache read failed", "chunk", c.Digest.String(), "err", err)
 		}
 		return nil, false
 	}
-	return buf, true
+	return newDecoded(buf), true
 }

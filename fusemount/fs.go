@@ -124,9 +124,11 @@ type ChunkReader interface {
 // buffer first. Read finds it by type assertion.
 type ChunkViewer interface {
 	// ViewChunk returns the verified decoded bytes of c (c.Size of
-	// them). Nobody writes them again: the caller may hold them for as
-	// long as it likes and must not modify them.
-	ViewChunk(ctx context.Context, c rafs.Chunk) ([]byte, error)
+	// them), which nobody writes while the caller holds them, and done,
+	// which the caller calls once, when it no longer uses them (the reply
+	// written): the memory may then be reused. The caller must not
+	// modify them.
+	ViewChunk(ctx context.Context, c rafs.Chunk) (data []byte, done func(), err error)
 }
 
 func newRafsFS(b *rafs.Bootstrap, chunks ChunkReader, image string, timeout time.Duration, log *slog.Logger) *rafsFS {
@@ -426,7 +428,10 @@ func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 		}
 	}
 	viewer, _ := f.chunks.(ChunkViewer)
-	var vecs [][]byte
+	var views *viewed
+	if viewer != nil {
+		views = &viewed{}
+	}
 	done := uint64(0)
 	for done < size {
 		off := in.Offset + done
@@ -445,14 +450,17 @@ func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 		}
 		if viewer != nil {
 			var data []byte
-			if data, err = viewer.ViewChunk(ctx, c); err == nil {
+			var release func()
+			if data, release, err = viewer.ViewChunk(ctx, c); err == nil {
 				at := int(seg.Off) + within
-				vecs = append(vecs, data[at:at+int(n)])
+				views.vecs = append(views.vecs, data[at:at+int(n)])
+				views.done = append(views.done, release)
 			}
 		} else {
 			err = f.chunks.ReadChunkAt(ctx, c, int(seg.Off)+within, buf[done:done+n])
 		}
 		if err != nil {
+			views.Done() // no reply: the chunks viewed so far are let go
 			if ctx.Err() != nil {
 				return nil, fuse.EINTR
 			}
@@ -466,7 +474,7 @@ func (f *rafsFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse
 		// Written with writev from the chunks themselves: no copy into
 		// buf, and no attempt at splicing, which go-fuse makes (and
 		// gives up) for every reply whose data is a plain buffer.
-		return fuse.ReadResultVector(vecs), fuse.OK
+		return views, fuse.OK
 	}
 	return fuse.ReadResultData(buf[:size]), fuse.OK
 }
@@ -606,4 +614,48 @@ func (f *rafsFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fus
 		}
 	}
 	return fuse.OK
+}
+
+// viewed is a read's reply written from the decoded chunks it viewed
+// (ChunkViewer): go-fuse writes the slices with one writev and then calls
+// Done, which lets the chunks go. It is go-fuse's scatter-gather result
+// (fuse.ReadResultVector) with that release added.
+type viewed struct {
+	vecs [][]byte
+	done []func()
+}
+
+var _ fuse.ReadResult = (*viewed)(nil)
+
+func (v *viewed) Size() int {
+	n := 0
+	for _, b := range v.vecs {
+		n += len(b)
+	}
+	return n
+}
+
+// Bytes concatenates the slices into buf, for a write path that cannot
+// take them apart.
+func (v *viewed) Bytes(buf []byte) ([]byte, fuse.Status) {
+	buf = buf[:0]
+	for _, b := range v.vecs {
+		buf = append(buf, b...)
+	}
+	return buf, fuse.OK
+}
+
+// Slices hands go-fuse the slices to write with writev (its withSlice).
+func (v *viewed) Slices() ([][]byte, fuse.Status) { return v.vecs, fuse.OK }
+
+// Done lets the viewed chunks go; once, after the reply is written (or
+// when there is none). A nil *viewed does nothing.
+func (v *viewed) Done() {
+	if v == nil {
+		return
+	}
+	for _, d := range v.done {
+		d()
+	}
+	v.vecs, v.done = nil, nil
 }

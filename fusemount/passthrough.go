@@ -31,9 +31,9 @@ type localChunks interface {
 	// HasLocal reports whether c is in memory or the node cache now.
 	HasLocal(c rafs.Chunk) bool
 	// LocalChunk returns the verified decoded bytes of c (c.Size of
-	// them) from memory or the node cache, or false. The caller must
-	// not modify them.
-	LocalChunk(c rafs.Chunk) ([]byte, bool)
+	// them) from memory or the node cache, with a reference the caller
+	// drops, or false. The caller must not modify them.
+	LocalChunk(c rafs.Chunk) (*decoded, bool)
 }
 
 var _ localChunks = (*Fetcher)(nil)
@@ -332,17 +332,21 @@ func (p *passthrough) fill(in rafs.Inode) error {
 			if err != nil {
 				return err
 			}
-			data, ok := p.chunks.Get(seg.Index)
+			d, ok := p.chunks.Get(seg.Index)
 			if !ok {
-				if data, ok = p.local.LocalChunk(seg.Chunk); !ok {
+				if d, ok = p.local.LocalChunk(seg.Chunk); !ok {
 					return errNotLocal
 				}
-				p.chunks.Add(seg.Index, data)
+				p.chunks.Add(seg.Index, d.hold())
 			}
+			data := d.b
 			if int(seg.Off)+int(seg.Len) > len(data) {
+				d.drop()
 				return fmt.Errorf("chunk %s: stretch %d+%d outside %d bytes", seg.Digest, seg.Off, seg.Len, len(data))
 			}
-			if _, err := w.Write(data[seg.Off : seg.Off+seg.Len]); err != nil {
+			_, err = w.Write(data[seg.Off : seg.Off+seg.Len])
+			d.drop()
+			if err != nil {
 				return err
 			}
 		}

@@ -241,7 +241,7 @@ func TestReadPlan(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				f.mem.Add(i, planStored(t, img, ch))
+				f.mem.Add(i, newDecoded(planStored(t, img, ch)))
 			}
 			for _, i := range tt.cached {
 				ch, err := img.boot.Chunk(i)

@@ -10,11 +10,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 
 	"damselfly/rafs"
+	"damselfly/rafs/bufpool"
 	"damselfly/rafs/registry"
 )
 
@@ -94,7 +94,8 @@ func (cc *Client) ReadChunks(ctx context.Context, up registry.Ref, blob rafs.Dig
 // chunk's decoded content (c.Size bytes) which it has checked against
 // c.Digest, so that the caller need not decode and hash the chunk again.
 // plain is made for this chunk alone: the caller may keep it (nobody
-// else writes it). stored is valid only during the call: the client
+// else writes it), and may give it to rafs/bufpool, where it came from,
+// once nothing uses it. stored is valid only during the call: the client
 // reuses its buffer for the next chunk.
 func (cc *Client) ReadChunksDecoded(ctx context.Context, up registry.Ref, blob rafs.Digest, chunks []rafs.Chunk,
 	deliver func(i int, c rafs.Chunk, stored, plain []byte) error) error {
@@ -232,12 +233,15 @@ func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, 
 			if c.Compressed() {
 				// A blake3-stored frame, checked above: decoded
 				// without hashing the content.
-				dec = make([]byte, c.Size)
+				dec = bufpool.Get(int(c.Size))
 				if err := rafs.DecodeVerifiedStored(c, p, dec); err != nil {
+					bufpool.Put(dec)
 					return stored, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
 				}
 			} else {
-				dec = slices.Clone(p) // deliver's to keep; raw chunks (incompressible data) are few
+				// deliver's to keep; raw chunks (incompressible data) are few
+				dec = bufpool.Get(len(p))
+				copy(dec, p)
 			}
 		} else {
 			var err error
@@ -254,7 +258,7 @@ func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, 
 				// Decoded into memory of its own, which deliver may
 				// keep: made once the stored bytes are all in, for
 				// c.Size, the caller's figure, not the proxy's.
-				dec = make([]byte, c.Size)
+				dec = bufpool.Get(int(c.Size))
 				err = rafs.DecodeChunk(c, p, dec)
 			}
 			if err != nil {
