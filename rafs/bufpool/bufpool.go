@@ -24,6 +24,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"testing"
 )
 
 const (
@@ -43,13 +44,16 @@ const (
 // size is class i's capacity.
 func size(i int) int { return 1<<(minShift+i) + Slack }
 
-// poison is Poison's switch.
+// poison is Poison's switch, on in test binaries.
 var poison atomic.Bool
 
-// Poison makes every later Put overwrite the buffer it is given (with
-// 0xdb bytes) before keeping it, so that a use after Put reads garbage
-// that a digest check or a comparison notices, instead of the right bytes
-// by luck. For tests: a package's TestMain turns it on.
+func init() { poison.Store(testing.Testing()) }
+
+// Poison sets whether Put overwrites the buffer it is given (with 0xdb
+// bytes) before keeping it, so that a use after Put reads garbage that a
+// digest check or a comparison notices, instead of the right bytes by
+// luck. It is on in every test binary (testing.Testing) and off
+// otherwise; a benchmark of the pool itself turns it off.
 func Poison(on bool) { poison.Store(on) }
 
 // pools[i] holds buffers of capacity size(i), as *[]byte so that a Put

@@ -60,6 +60,8 @@ func TestLargeAllocationsArePlain(t *testing.T) {
 }
 
 func BenchmarkGetPut4MiB(b *testing.B) {
+	Poison(false)
+	b.Cleanup(func() { Poison(true) })
 	b.SetBytes(4 << 20)
 	for b.Loop() {
 		buf := Get(4 << 20)
@@ -78,9 +80,11 @@ func BenchmarkMake4MiB(b *testing.B) {
 	_ = sink
 }
 
+// Test binaries poison what goes back, so that a use after Put shows.
 func TestPoison(t *testing.T) {
-	Poison(true)
-	defer Poison(false)
+	if !poison.Load() {
+		t.Fatal("a test binary does not poison buffers put back")
+	}
 	b := Get(Min)
 	for i := range b {
 		b[i] = 1

@@ -16,14 +16,9 @@ import (
 	"go.uber.org/goleak"
 
 	"damselfly/rafs"
-	"damselfly/rafs/bufpool"
 )
 
-func TestMain(m *testing.M) {
-	// A buffer used after it went back to the pool reads as garbage.
-	bufpool.Poison(true)
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // content returns n deterministic, partly compressible bytes for seed.
 func content(seed uint64, n int) []byte {
