@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -26,6 +27,10 @@ func TestRegistryFaults(t *testing.T) {
 	c := newCluster(t)
 	p, d := c.addNode("p", ""), c.addNode("d", "")
 	d.p.stop()
+	// D's mounts get a proxy address that stays dead: the stopped peer's
+	// port is free, and another test's peer that takes it would serve
+	// D's reads (seen in CI: D read every chunk through "proxy").
+	d.proxy = deadProxy(t)
 	scenarios := []struct {
 		name string
 		f    fault
@@ -219,4 +224,30 @@ func (m *mount) readParallel(im *image, files []string, workers int) readResult 
 	close(next)
 	wg.Wait()
 	return res
+}
+
+// deadProxy returns the URL of a listener on loopback that closes every
+// connection it accepts, held until the test ends: a proxy address that
+// no other process can take over.
+func deadProxy(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	return "http://" + ln.Addr().String()
 }
