@@ -14,7 +14,7 @@
 
 export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
-SYSTEM_PACKAGES := umoci skopeo docker-registry fuse3 containerd runc
+SYSTEM_PACKAGES := umoci skopeo docker-registry fuse3 containerd runc erofs-utils
 FUZZTIME ?= 10s
 
 .PHONY: build test deps vet unit fuzz fuzz-short bench-convert clean
