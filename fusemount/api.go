@@ -43,6 +43,10 @@ type Status struct {
 	Passthrough uint64         `json:"passthrough_opens"`
 	FileCopies  *FileCopyStats `json:"file_copies,omitempty"`
 	Config      Config         `json:"config"` // Config.Redacted
+	// ServedBy is "fuse", or "kernel" for a mount of a kernel image
+	// (KernelImage, its path), whose reads never reach the daemon.
+	ServedBy    string `json:"served_by"`
+	KernelImage string `json:"kernel_image,omitempty"`
 }
 
 // FileCopyStats describe the file copy store as this daemon sees it.
@@ -59,7 +63,11 @@ type FileCopyStats struct {
 func (d *Daemon) Status(mountpoint string) Status {
 	s := Status{State: d.state.get(), Image: d.image, Digest: d.digest, Mountpoint: mountpoint, Version: d.opts.Version,
 		PID: os.Getpid(), Started: d.started, Files: d.boot.InodeCount(), Config: d.opts.Config.Redacted(),
-		Reads: map[string]uint64{}, ReadBytes: map[string]uint64{}, Backend: map[string]uint64{}}
+		Reads: map[string]uint64{}, ReadBytes: map[string]uint64{}, Backend: map[string]uint64{},
+		ServedBy: "fuse", KernelImage: d.kernelPath}
+	if d.kernelPath != "" {
+		s.ServedBy = "kernel"
+	}
 	var written uint64
 	fams, _ := d.metrics.Registry.Gather()
 	for _, f := range fams {

@@ -33,6 +33,10 @@ type Config struct {
 	// FileCopies keeps decoded copies of whole files for FUSE
 	// passthrough (passthrough.go).
 	FileCopies FileCopiesConfig `mapstructure:"file_copies"`
+	// KernelImage serves a mount with the kernel's EROFS, from a decoded
+	// image of the whole tree, once every chunk is on the node
+	// (kernelimage.go).
+	KernelImage KernelImageConfig `mapstructure:"kernel_image"`
 	// MemoryBytes bounds decoded chunks kept in memory.
 	MemoryBytes int64 `mapstructure:"memory_bytes"`
 	// APISocket is the control socket; empty means the default derived
@@ -85,6 +89,40 @@ type FileCopiesConfig struct {
 	Capacity int64 `mapstructure:"capacity"`
 }
 
+// KernelImageConfig controls kernel images: when the node holds every
+// chunk of an image, a mount of it is an EROFS mount of the image's whole
+// tree, decoded into one file, that the kernel serves with no daemon on
+// the path of a read, a lookup or an open. A mount of an image not yet
+// whole on the node is served through FUSE as always, and its kernel
+// image is written once its last chunk arrives, for the next mount.
+// Needs root (mount(2)) and a node cache.
+type KernelImageConfig struct {
+	Enable bool `mapstructure:"enable"`
+	// Dir holds the images; empty means DIR/erofs in the node cache
+	// directory.
+	Dir string `mapstructure:"dir"`
+	// Capacity bounds the images' bytes (each about its image's unpacked
+	// size); the least recently mounted go first.
+	Capacity int64 `mapstructure:"capacity"`
+}
+
+// KernelImagesDirName is where kernel images live in the node cache
+// directory by default.
+const KernelImagesDirName = "erofs"
+
+// kernelImagesDir returns where kernel images live, "" for nowhere.
+func (c Config) kernelImagesDir() string {
+	switch {
+	case !c.KernelImage.Enable:
+		return ""
+	case c.KernelImage.Dir != "":
+		return c.KernelImage.Dir
+	case c.Cache.Dir != "":
+		return filepath.Join(c.Cache.Dir, KernelImagesDirName)
+	}
+	return ""
+}
+
 // FilesDirName is where file copies live in the node cache directory
 // by default.
 const FilesDirName = "files"
@@ -109,6 +147,7 @@ func DefaultConfig() Config {
 		Cache:           cache.Default(DefaultCacheDir),
 		Prefetch:        PrefetchConfig{Enable: true, Threads: 2},
 		FileCopies:      FileCopiesConfig{Capacity: 4 << 30},
+		KernelImage:     KernelImageConfig{Capacity: 16 << 30},
 		AmplifyIO:       1 << 20,
 		MemoryBytes:     32 << 20,
 		ReadaheadChunks: 4,
@@ -165,6 +204,9 @@ func (c Config) Validate() error {
 	}
 	if c.FileCopies.Enable && c.FileCopies.Capacity < 1<<20 {
 		add("file_copies.capacity", "%d is below 1 MiB", c.FileCopies.Capacity)
+	}
+	if c.KernelImage.Enable && c.KernelImage.Capacity < 1<<20 {
+		add("kernel_image.capacity", "%d is below 1 MiB", c.KernelImage.Capacity)
 	}
 	if c.MaxBootstrapBytes < 1<<20 || c.MaxBootstrapBytes > rafs.MaxBootstrapSize {
 		add("max_bootstrap_bytes", "%d outside 1 MiB..4 GiB", c.MaxBootstrapBytes)

@@ -70,6 +70,9 @@ type Daemon struct {
 	started time.Time
 	state   stateBox
 	pf      *prefetcher
+	// kernelPath is the kernel image the mount is served from; "" while
+	// FUSE serves it.
+	kernelPath string
 }
 
 type stateBox struct {
@@ -179,6 +182,15 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	cleanups = append(cleanups, api.Close)
+	// An image whole on the node is served by the kernel (kernelimage.go).
+	ki := d.openKernelImages()
+	if ki != nil {
+		if img := d.readyKernelImage(ctx, ki); img != "" {
+			if served, err := d.serveKernel(ctx, mp, img); served {
+				return err
+			}
+		}
+	}
 	// Nobody sees the mount before its grants are settled: a job that
 	// starts reading at once must be able to read through an outage that
 	// begins at once.
@@ -236,6 +248,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if opts.Config.Prefetch.Enable {
 		d.pf = startPrefetch(pctx, d.boot, d.fetcher, opts.Config.Prefetch, d.metrics, d.log)
 	}
+	var kernelBuild sync.WaitGroup
+	if ki != nil {
+		kernelBuild.Go(func() { d.buildWhenWhole(pctx, ki) })
+	}
 	if opts.Ready != nil {
 		opts.Ready(d)
 	}
@@ -254,6 +270,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if d.pf != nil {
 		d.pf.wait()
 	}
+	kernelBuild.Wait()
 	return nil
 }
 

@@ -10,8 +10,12 @@ import (
 	"damselfly/fusemount"
 )
 
-// FUSESuperMagic is statfs's f_type of a FUSE filesystem.
-const FUSESuperMagic = 0x65735546
+// FUSESuperMagic and EROFSSuperMagic are statfs's f_type of a FUSE and
+// an EROFS filesystem.
+const (
+	FUSESuperMagic  = 0x65735546
+	EROFSSuperMagic = 0xE0F5E1E2
+)
 
 // IsFUSE reports whether dir is the root of a FUSE mount that answers
 // statfs.
@@ -20,11 +24,19 @@ func IsFUSE(dir string) bool {
 	return syscall.Statfs(dir, &sfs) == nil && sfs.Type == FUSESuperMagic
 }
 
-// WaitMounted waits until dir, which the mount daemon p serves, is a FUSE
-// mount. It fails if p exits first, ctx ends or timeout passes.
+// IsImageMount reports whether dir is the root of a mount a damselfly
+// mount daemon makes: FUSE, or EROFS for a kernel image.
+func IsImageMount(dir string) bool {
+	var sfs syscall.Statfs_t
+	return syscall.Statfs(dir, &sfs) == nil && (sfs.Type == FUSESuperMagic || sfs.Type == EROFSSuperMagic)
+}
+
+// WaitMounted waits until dir, which the mount daemon p serves, is its
+// mount (IsImageMount). It fails if p exits first, ctx ends or timeout
+// passes.
 func WaitMounted(ctx context.Context, p *Proc, dir string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	for !IsFUSE(dir) {
+	for !IsImageMount(dir) {
 		if p.Exited() {
 			return fmt.Errorf("%s exited before mounting %s: %v:\n%s", p.Name(), dir, p.Err(), p.LogTail(3000))
 		}

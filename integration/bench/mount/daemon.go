@@ -23,6 +23,7 @@ type mountConfig struct {
 	CacheDir    string
 	AmplifyIO   int
 	PrefetchAll bool
+	KernelImage bool
 }
 
 // yaml renders the --config file: nydusd-shaped keys of fusemount.Config.
@@ -37,9 +38,11 @@ cache:
 prefetch:
   enable: true
   prefetch_all: %t
+kernel_image:
+  enable: %t
 advanced:
   amplify_io: %d
-`, c.Shaper, c.Repo, c.CacheDir, c.PrefetchAll, c.AmplifyIO)
+`, c.Shaper, c.Repo, c.CacheDir, c.PrefetchAll, c.KernelImage, c.AmplifyIO)
 }
 
 // daemon is one `damselfly mount` child process.
@@ -59,8 +62,8 @@ func startDaemon(bin, tag, mp string, cfg mountConfig, logPath string) (*daemon,
 	if err := os.MkdirAll(mp, 0o755); err != nil {
 		return nil, err
 	}
-	if harness.IsFUSE(mp) {
-		return nil, fmt.Errorf("%s is still a FUSE mount", mp)
+	if harness.IsImageMount(mp) {
+		return nil, fmt.Errorf("%s is still mounted", mp)
 	}
 	cfgPath := strings.TrimSuffix(logPath, ".log") + ".yaml"
 	if err := os.WriteFile(cfgPath, []byte(cfg.yaml()), 0o644); err != nil {
@@ -80,13 +83,13 @@ func startDaemon(bin, tag, mp string, cfg mountConfig, logPath string) (*daemon,
 // command is the daemon's command line, for the report.
 func (d *daemon) command() string { return d.Command() }
 
-// waitReady polls until the mountpoint is a FUSE mount that answers
-// statfs and lists its root, and returns the time since the process
+// waitReady polls until the mountpoint is the daemon's mount (FUSE, or
+// EROFS for a kernel image) that answers statfs and lists its root, and returns the time since the process
 // started.
 func (d *daemon) waitReady(ctx context.Context, timeout time.Duration) (time.Duration, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		if harness.IsFUSE(d.mp) {
+		if harness.IsImageMount(d.mp) {
 			if ents, err := os.ReadDir(d.mp); err == nil && len(ents) > 0 {
 				return time.Since(d.started), nil
 			}

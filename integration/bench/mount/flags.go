@@ -81,10 +81,12 @@ type coldConfig struct {
 	Name        string `json:"name"`
 	AmplifyIO   int    `json:"amplify_io"`
 	PrefetchAll bool   `json:"prefetch_all"`
+	KernelImage bool   `json:"kernel_image,omitempty"`
 }
 
-// parseColdConfigs reads "1m,4m,1m+all": amplify_io in MiB, and +all
-// for prefetch_all.
+// parseColdConfigs reads "1m,4m,1m+all,1m+kernel": amplify_io in MiB,
+// +all for prefetch_all, +kernel for kernel_image (then the warm read,
+// which uses the first config, reads the kernel image).
 func parseColdConfigs(s string) ([]coldConfig, error) {
 	var out []coldConfig
 	for _, c := range strings.Split(s, ",") {
@@ -92,13 +94,18 @@ func parseColdConfigs(s string) ([]coldConfig, error) {
 		if c == "" {
 			continue
 		}
-		size, all := strings.CutSuffix(c, "+all")
+		size, kernel := strings.CutSuffix(c, "+kernel")
+		size, all := strings.CutSuffix(size, "+all")
 		mib, err := strconv.Atoi(strings.TrimSuffix(size, "m"))
 		if err != nil || !strings.HasSuffix(size, "m") || mib < 1 || mib > 64 {
-			return nil, fmt.Errorf("cold config %q: want NNm or NNm+all (amplify_io in MiB, 1..64)", c)
+			return nil, fmt.Errorf("cold config %q: want NNm, NNm+all, NNm+kernel or NNm+all+kernel (amplify_io in MiB, 1..64)", c)
 		}
-		name := fmt.Sprintf("amplify_io %d MiB, prefetch_all %s", mib, map[bool]string{true: "on", false: "off"}[all])
-		out = append(out, coldConfig{Name: name, AmplifyIO: mib << 20, PrefetchAll: all})
+		onOff := map[bool]string{true: "on", false: "off"}
+		name := fmt.Sprintf("amplify_io %d MiB, prefetch_all %s", mib, onOff[all])
+		if kernel {
+			name += ", kernel_image on"
+		}
+		out = append(out, coldConfig{Name: name, AmplifyIO: mib << 20, PrefetchAll: all, KernelImage: kernel})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no cold config in %q", s)

@@ -207,6 +207,18 @@ func (h *rig) mountSide(ctx context.Context, px *shaper.Proxy, p profile, bi *be
 // and from the unpacked tree on local disk, page cache dropped before
 // each, alternating which goes first.
 func (h *rig) warmAndNative(ctx context.Context, px *shaper.Proxy, p profile, bi *benchImage, r int, cacheDir string, res results) error {
+	if h.o.cold[0].KernelImage {
+		// A mount on the full node cache writes the kernel image (the
+		// cold read's daemon stopped before its next check for a whole
+		// image): timed on its own, so that the warm read below starts
+		// with the image on disk and the page cache dropped.
+		s, err := h.mountRun(ctx, px, bi, h.o.cold[0], cacheDir, nil)
+		if err != nil {
+			return fmt.Errorf("kernel image: %w", err)
+		}
+		res.add(p, bi, "kernel-image", s)
+		h.logf("%s %s run %d: kernel image written by a mount on the full cache: ready %.2fs, daemon CPU %.1fs", p.Name, bi.Name, r+1, s.Ready, s.CPU)
+	}
 	warm := func() error {
 		var read time.Duration
 		s, err := h.mountRun(ctx, px, bi, h.o.cold[0], cacheDir, func(d *daemon) error {
@@ -220,7 +232,7 @@ func (h *rig) warmAndNative(ctx context.Context, px *shaper.Proxy, p profile, bi
 		}
 		s.Seconds = read.Seconds()
 		res.add(p, bi, "warm", s)
-		h.logf("%s %s run %d: warm read %.2fs (%.0f MB/s), fetched %s, daemon CPU %.1fs", p.Name, bi.Name, r+1, s.Seconds, float64(bi.Bytes)/1e6/s.Seconds, mib(s.Fetched), s.CPU)
+		h.logf("%s %s run %d: warm read %.2fs (%.0f MB/s), ready %.2fs, fetched %s, daemon CPU %.1fs", p.Name, bi.Name, r+1, s.Seconds, float64(bi.Bytes)/1e6/s.Seconds, s.Ready, mib(s.Fetched), s.CPU)
 		return nil
 	}
 	native := func() error {

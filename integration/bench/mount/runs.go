@@ -30,7 +30,7 @@ func (h *rig) mountRun(ctx context.Context, px *shaper.Proxy, bi *benchImage, cf
 		return sample{}, err
 	}
 	off := h.reg.logOffset()
-	mc := mountConfig{Shaper: px.Addr(), Repo: bi.Repo, CacheDir: cacheDir, AmplifyIO: cfg.AmplifyIO, PrefetchAll: cfg.PrefetchAll}
+	mc := mountConfig{Shaper: px.Addr(), Repo: bi.Repo, CacheDir: cacheDir, AmplifyIO: cfg.AmplifyIO, PrefetchAll: cfg.PrefetchAll, KernelImage: cfg.KernelImage}
 	tag := cfg.Tag
 	if tag == "" {
 		tag = "rafs"
