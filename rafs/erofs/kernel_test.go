@@ -36,7 +36,7 @@ func requireKernelEROFS(t *testing.T) {
 
 // convertCorpus writes the corpus (small chunks, so files span several)
 // as an OCI layout, converts every image and returns them opened.
-func convertCorpus(t *testing.T) map[string]*image.Image {
+func convertCorpus(t testing.TB) map[string]*image.Image {
 	t.Helper()
 	ctx := t.Context()
 	dir := t.TempDir()

@@ -112,14 +112,41 @@ func Build(b *rafs.Bootstrap) (*Image, error) {
 		}
 	}
 	metaBlocks := block
-	// Then file data, in the order the bootstrap holds the files (the
-	// converter's tar order), which keeps batched small files together.
-	var extents []Extent
+	// Then file data, in the order of the files' first chunks in their
+	// blobs: a stretch of the image read in order is a stretch of a blob
+	// read in order, and small files batched into one chunk sit
+	// together, as the chunk does.
+	type placed struct {
+		n      *node
+		blob   uint32
+		stored uint64
+		within uint32
+	}
+	var files []placed
 	for _, ino := range order {
 		n := nodes[ino]
 		if !n.in.IsReg() || n.in.Size == 0 {
 			continue
 		}
+		seg, err := b.FileSegment(n.in, 0)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, placed{n, seg.Blob, seg.CompressedOffset, seg.Off})
+	}
+	sort.SliceStable(files, func(i, j int) bool {
+		a, c := files[i], files[j]
+		if a.blob != c.blob {
+			return a.blob < c.blob
+		}
+		if a.stored != c.stored {
+			return a.stored < c.stored
+		}
+		return a.within < c.within
+	})
+	var extents []Extent
+	for _, f := range files {
+		n := f.n
 		nb := uint64(blocksFor64(n.in.Size))
 		if uint64(block)+nb > 1<<32-1 {
 			return nil, fmt.Errorf("%w: image larger than 16 TiB", ErrUnsupported)

@@ -2,6 +2,7 @@ package erofs_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -35,14 +36,18 @@ func TestReadAtMatchesWriteTo(t *testing.T) {
 			}
 			want := whole.Bytes()
 			r := rand.New(rand.NewPCG(1, uint64(len(want))))
-			for i := range 300 {
+			for i := range 600 {
+				var src rafs.ChunkSource = img.ChunkSource()
+				if i%2 == 1 {
+					src = rangeSource{src} // the path that reads parts of chunks
+				}
 				off := r.Int64N(im.Size())
 				if i%3 == 0 {
 					off = off / erofs.BlockSize * erofs.BlockSize
 				}
 				n := 1 + r.IntN(3*erofs.BlockSize)
 				p := make([]byte, n)
-				got, err := im.ReadAt(ctx, p, off, img.ChunkSource())
+				got, err := im.ReadAt(ctx, p, off, src)
 				end := min(off+int64(n), im.Size())
 				if int64(got) != end-off {
 					t.Fatalf("ReadAt(%d bytes at %d) = %d, %v; want %d", n, off, got, err, end-off)
@@ -56,6 +61,18 @@ func TestReadAtMatchesWriteTo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rangeSource adds ReadChunkAt (erofs.ChunkRangeSource) to a source.
+type rangeSource struct{ rafs.ChunkSource }
+
+func (r rangeSource) ReadChunkAt(ctx context.Context, c rafs.Chunk, off int, p []byte) error {
+	buf := make([]byte, c.Size)
+	if err := r.ReadChunk(ctx, c, buf); err != nil {
+		return err
+	}
+	copy(p, buf[off:])
+	return nil
 }
 
 // TestUnsupportedXattr: an xattr name EROFS has no index for makes Build
