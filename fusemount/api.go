@@ -64,8 +64,8 @@ func (d *Daemon) Status(mountpoint string) Status {
 	s := Status{State: d.state.get(), Image: d.image, Digest: d.digest, Mountpoint: mountpoint, Version: d.opts.Version,
 		PID: os.Getpid(), Started: d.started, Files: d.boot.InodeCount(), Config: d.opts.Config.Redacted(),
 		Reads: map[string]uint64{}, ReadBytes: map[string]uint64{}, Backend: map[string]uint64{},
-		ServedBy: "fuse", KernelImage: d.kernelPath}
-	if d.kernelPath != "" {
+		ServedBy: "fuse", KernelImage: d.kernelSource()}
+	if s.KernelImage != "" {
 		s.ServedBy = "kernel"
 	}
 	var written uint64

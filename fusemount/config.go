@@ -104,6 +104,10 @@ type KernelImageConfig struct {
 	// Capacity bounds the images' bytes (each about its image's unpacked
 	// size); the least recently mounted go first.
 	Capacity int64 `mapstructure:"capacity"`
+	// Lazy serves a mount of an image not yet whole on the node as the
+	// kernel's EROFS too, over a loop device whose backing file is the
+	// EROFS image served by this daemon (lazykernel.go).
+	Lazy bool `mapstructure:"lazy"`
 }
 
 // KernelImagesDirName is where kernel images live in the node cache

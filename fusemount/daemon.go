@@ -70,8 +70,10 @@ type Daemon struct {
 	started time.Time
 	state   stateBox
 	pf      *prefetcher
-	// kernelPath is the kernel image the mount is served from; "" while
-	// FUSE serves it.
+	// kernelPath is where the kernel reads the mount from (a kernel
+	// image, or the loop device of a lazy kernel mount); "" while FUSE
+	// serves it. kernelSource reads it.
+	kernelMu   sync.Mutex
 	kernelPath string
 }
 
@@ -195,6 +197,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	// starts reading at once must be able to read through an outage that
 	// begins at once.
 	<-granted
+	if ki != nil && opts.Config.KernelImage.Lazy {
+		if served, err := d.serveLazyKernel(ctx, mp, ki); served {
+			return err
+		}
+	}
 	root := os.Geteuid() == 0
 	allowOther := root
 	if opts.Config.AllowOther != nil {

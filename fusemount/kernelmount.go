@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -67,31 +68,46 @@ func (d *Daemon) buildKernelImage(ctx context.Context, ki *kernelImages, name st
 	return p, nil
 }
 
-// buildWhenWhole runs beside a FUSE-served mount: once the node holds
-// every chunk of the image, it writes the kernel image, so the next
-// mount of the image is served by the kernel. It returns when done, on
-// an error (logged) or when ctx ends.
-func (d *Daemon) buildWhenWhole(ctx context.Context, ki *kernelImages) {
+// buildWhenWhole runs beside a mount the daemon serves: once the node
+// holds every chunk of the image, it writes the kernel image, so the
+// next mount of the image is served by the kernel, and returns its path
+// ("" on an error, logged, or when ctx ends first).
+func (d *Daemon) buildWhenWhole(ctx context.Context, ki *kernelImages) string {
 	name := kernelImageName(d.boot)
 	t := time.NewTicker(kernelImageCheckEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return ""
 		case <-t.C:
 		}
-		if ki.find(name) != "" {
-			return
+		if p := ki.find(name); p != "" {
+			return p
 		}
 		if !allLocal(d.boot, d.cache) {
 			continue
 		}
-		if _, err := d.buildKernelImage(ctx, ki, name); err != nil && ctx.Err() == nil {
+		p, err := d.buildKernelImage(ctx, ki, name)
+		if err != nil && ctx.Err() == nil {
 			d.log.Warn("kernel image not written", "err", err)
 		}
-		return
+		return p
 	}
+}
+
+func (d *Daemon) setKernelPath(p string) {
+	d.kernelMu.Lock()
+	d.kernelPath = p
+	d.kernelMu.Unlock()
+}
+
+// kernelSource is where the kernel reads the mount from: "" while FUSE
+// serves it.
+func (d *Daemon) kernelSource() string {
+	d.kernelMu.Lock()
+	defer d.kernelMu.Unlock()
+	return d.kernelPath
 }
 
 // serveKernel mounts the kernel image img at mp and waits until the
@@ -103,10 +119,51 @@ func (d *Daemon) serveKernel(ctx context.Context, mp, img string) (served bool, 
 		d.log.Warn("the kernel did not mount the kernel image; serving through FUSE", "path", img, "err", err)
 		return false, nil
 	}
-	d.kernelPath = img
+	d.setKernelPath(img)
+	d.holdKernelMount(ctx, mp)
+	return true, nil
+}
+
+// serveLazyKernel serves the mount as the kernel's EROFS over a loop
+// device backed by this daemon (lazykernel.go) until it is gone or ctx
+// ends. served is false, with nothing left mounted, when that could not
+// be set up: the caller serves the mount through FUSE instead.
+func (d *Daemon) serveLazyKernel(ctx context.Context, mp string, ki *kernelImages) (served bool, err error) {
+	lk, err := d.startLazyKernel(mp)
+	if err != nil {
+		d.log.Warn("no lazy kernel mount; serving through FUSE", "err", err)
+		return false, nil
+	}
+	d.setKernelPath(lk.loop)
+	bctx, stopBuild := context.WithCancel(ctx)
+	var build sync.WaitGroup
+	build.Go(func() {
+		p := d.buildWhenWhole(bctx, ki)
+		if p == "" {
+			return
+		}
+		// The same bytes, local now: the loop device reads the file and
+		// the daemon leaves the path of every read.
+		if err := lk.swapTo(p); err != nil {
+			d.log.Warn("mount stays served by the daemon", "err", err)
+			return
+		}
+		d.setKernelPath(p)
+		d.log.Info("mount now reads the kernel image", "mountpoint", mp, "path", p)
+	})
+	d.holdKernelMount(ctx, mp)
+	stopBuild()
+	build.Wait()
+	lk.close()
+	return true, nil
+}
+
+// holdKernelMount reports the kernel mount at mp ready and waits until it
+// is gone (unmounted by anyone) or ctx ends, then unmounts it.
+func (d *Daemon) holdKernelMount(ctx context.Context, mp string) {
 	d.state.set("running")
 	d.log.Info("mounted", "image", d.image, "mountpoint", mp, "files", d.boot.InodeCount(), "served_by", "kernel",
-		"ready_after", time.Since(d.started).Round(time.Millisecond))
+		"from", d.kernelSource(), "ready_after", time.Since(d.started).Round(time.Millisecond))
 	if d.opts.Ready != nil {
 		d.opts.Ready(d)
 	}
@@ -136,7 +193,6 @@ func (d *Daemon) serveKernel(ctx context.Context, mp, img string) (served bool, 
 	stopWatch()
 	<-gone
 	d.state.set("stopped")
-	return true, nil
 }
 
 // waitUnmounted returns once mp is no longer a mount point, or ctx ends.
