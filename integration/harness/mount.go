@@ -17,13 +17,6 @@ const (
 	EROFSSuperMagic = 0xE0F5E1E2
 )
 
-// IsFUSE reports whether dir is the root of a FUSE mount that answers
-// statfs.
-func IsFUSE(dir string) bool {
-	var sfs syscall.Statfs_t
-	return syscall.Statfs(dir, &sfs) == nil && sfs.Type == FUSESuperMagic
-}
-
 // IsImageMount reports whether dir is the root of a mount a damselfly
 // mount daemon makes: FUSE, or EROFS for a kernel image.
 func IsImageMount(dir string) bool {

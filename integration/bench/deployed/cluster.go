@@ -211,7 +211,8 @@ labels:
     fallback: true
 cache:
   dir: %s
-`, n.proxy, cache)
+%s
+`, n.proxy, cache, d.b.o.mountYAML)
 	mcfg := filepath.Join(n.dir, "mount.yaml")
 	if err := os.WriteFile(mcfg, []byte(myml), 0o600); err != nil {
 		return err

@@ -58,6 +58,7 @@ type options struct {
 	keep        bool
 	bin         string
 	convFlags   []string
+	mountYAML   string
 }
 
 func main() {
@@ -79,6 +80,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (registry storage, caches, logs)")
 	flag.StringVar(&o.bin, "bin", "", "run this damselfly binary (another commit's, for side-by-side runs) instead of building ./cmd/damselfly")
 	convFlags := flag.String("convert-flags", "", "flags added to the image's conversion, space-separated (a study: --digest blake3, --level 4)")
+	flag.StringVar(&o.mountYAML, "mount-yaml", "", "YAML added to every node's mount config, top-level keys (a study: 'kernel_image: {enable: true, lazy: true}')")
 	flag.StringVar(&readerList, "reader-list", "", "internal: run as the reader of the files this file lists")
 	flag.StringVar(&readerRoot, "reader-root", "", "internal: the reader's mount")
 	flag.IntVar(&readerWorkers, "reader-workers", 1, "internal: the reader's parallel reads")

@@ -24,6 +24,7 @@ type mountConfig struct {
 	AmplifyIO   int
 	PrefetchAll bool
 	KernelImage bool
+	Lazy        bool
 }
 
 // yaml renders the --config file: nydusd-shaped keys of fusemount.Config.
@@ -40,9 +41,10 @@ prefetch:
   prefetch_all: %t
 kernel_image:
   enable: %t
+  lazy: %t
 advanced:
   amplify_io: %d
-`, c.Shaper, c.Repo, c.CacheDir, c.PrefetchAll, c.KernelImage, c.AmplifyIO)
+`, c.Shaper, c.Repo, c.CacheDir, c.PrefetchAll, c.KernelImage, c.Lazy, c.AmplifyIO)
 }
 
 // daemon is one `damselfly mount` child process.

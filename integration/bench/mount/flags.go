@@ -82,11 +82,14 @@ type coldConfig struct {
 	AmplifyIO   int    `json:"amplify_io"`
 	PrefetchAll bool   `json:"prefetch_all"`
 	KernelImage bool   `json:"kernel_image,omitempty"`
+	Lazy        bool   `json:"kernel_image_lazy,omitempty"`
 }
 
-// parseColdConfigs reads "1m,4m,1m+all,1m+kernel": amplify_io in MiB,
-// +all for prefetch_all, +kernel for kernel_image (then the warm read,
-// which uses the first config, reads the kernel image).
+// parseColdConfigs reads "1m,4m,1m+all,1m+kernel,1m+kernel+lazy":
+// amplify_io in MiB, +all for prefetch_all, +kernel for kernel_image
+// (then the warm read, which uses the first config, reads the kernel
+// image), +lazy for kernel_image.lazy (cold reads through EROFS over the
+// daemon's image file too).
 func parseColdConfigs(s string) ([]coldConfig, error) {
 	var out []coldConfig
 	for _, c := range strings.Split(s, ",") {
@@ -94,18 +97,23 @@ func parseColdConfigs(s string) ([]coldConfig, error) {
 		if c == "" {
 			continue
 		}
-		size, kernel := strings.CutSuffix(c, "+kernel")
+		size, lazy := strings.CutSuffix(c, "+lazy")
+		size, kernel := strings.CutSuffix(size, "+kernel")
+		kernel = kernel || lazy
 		size, all := strings.CutSuffix(size, "+all")
 		mib, err := strconv.Atoi(strings.TrimSuffix(size, "m"))
 		if err != nil || !strings.HasSuffix(size, "m") || mib < 1 || mib > 64 {
-			return nil, fmt.Errorf("cold config %q: want NNm, NNm+all, NNm+kernel or NNm+all+kernel (amplify_io in MiB, 1..64)", c)
+			return nil, fmt.Errorf("cold config %q: want NNm with any of +all, +kernel, +lazy in that order (amplify_io in MiB, 1..64)", c)
 		}
 		onOff := map[bool]string{true: "on", false: "off"}
 		name := fmt.Sprintf("amplify_io %d MiB, prefetch_all %s", mib, onOff[all])
 		if kernel {
 			name += ", kernel_image on"
 		}
-		out = append(out, coldConfig{Name: name, AmplifyIO: mib << 20, PrefetchAll: all, KernelImage: kernel})
+		if lazy {
+			name += ", lazy"
+		}
+		out = append(out, coldConfig{Name: name, AmplifyIO: mib << 20, PrefetchAll: all, KernelImage: kernel, Lazy: lazy})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no cold config in %q", s)

@@ -21,8 +21,12 @@ type sample struct {
 	Fetched  int64     `json:"fetched_bytes,omitempty"` // stored bytes the daemon fetched
 	Requests *Requests `json:"blob_requests,omitempty"` // as the registry logged them
 	CPU      float64   `json:"daemon_cpu_seconds,omitempty"`
-	RSS      int64     `json:"rss_bytes,omitempty"` // VmRSS when the mount was ready
-	HWM      int64     `json:"hwm_bytes,omitempty"` // VmHWM at the end
+	// MachineCPU is every CPU-second the machine spent from the daemon's
+	// start to the end of the work (/proc/stat): the readers', the
+	// kernel's and its workers' (a loop device's) included.
+	MachineCPU float64 `json:"machine_cpu_seconds,omitempty"`
+	RSS        int64   `json:"rss_bytes,omitempty"` // VmRSS when the mount was ready
+	HWM        int64   `json:"hwm_bytes,omitempty"` // VmHWM at the end
 	// After a metadata walk of every file (files images).
 	Walk    float64 `json:"walk_seconds,omitempty"`
 	WalkRSS int64   `json:"walk_rss_bytes,omitempty"`
@@ -160,8 +164,8 @@ func (h *rig) mountSide(ctx context.Context, px *shaper.Proxy, p profile, bi *be
 		}
 		res.add(p, bi, "cold/"+cfg.Name, s)
 		res.add(p, bi, "ready", sample{Seconds: s.Ready})
-		h.logf("%s %s run %d: cold read (%s): ready %.2fs, all %d files %.2fs; fetched %s in %d requests (median %s, registry sent %s); daemon CPU %.1fs",
-			p.Name, bi.Name, r+1, cfg.Name, s.Ready, bi.Files, s.Seconds, mib(s.Fetched), s.Requests.Count, mib(s.Requests.Median), mib(s.Requests.Bytes), s.CPU)
+		h.logf("%s %s run %d: cold read (%s): ready %.2fs, all %d files %.2fs; fetched %s in %d requests (median %s, registry sent %s); daemon CPU %.1fs, machine CPU %.1fs",
+			p.Name, bi.Name, r+1, cfg.Name, s.Ready, bi.Files, s.Seconds, mib(s.Fetched), s.Requests.Count, mib(s.Requests.Median), mib(s.Requests.Bytes), s.CPU, s.MachineCPU)
 	}
 	if rows["startup"] {
 		for _, key := range []string{"startup", "startup-trace"} {

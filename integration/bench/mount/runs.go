@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"damselfly/integration/bench"
@@ -30,7 +32,8 @@ func (h *rig) mountRun(ctx context.Context, px *shaper.Proxy, bi *benchImage, cf
 		return sample{}, err
 	}
 	off := h.reg.logOffset()
-	mc := mountConfig{Shaper: px.Addr(), Repo: bi.Repo, CacheDir: cacheDir, AmplifyIO: cfg.AmplifyIO, PrefetchAll: cfg.PrefetchAll, KernelImage: cfg.KernelImage}
+	busy0 := machineBusy()
+	mc := mountConfig{Shaper: px.Addr(), Repo: bi.Repo, CacheDir: cacheDir, AmplifyIO: cfg.AmplifyIO, PrefetchAll: cfg.PrefetchAll, KernelImage: cfg.KernelImage, Lazy: cfg.Lazy}
 	tag := cfg.Tag
 	if tag == "" {
 		tag = "rafs"
@@ -57,6 +60,9 @@ func (h *rig) mountRun(ctx context.Context, px *shaper.Proxy, bi *benchImage, cf
 		}
 	}
 	s.Seconds = time.Since(d.started).Seconds()
+	if busy0 > 0 {
+		s.MachineCPU = machineBusy() - busy0
+	}
 	if u, sy, err := d.cpuSeconds(); err == nil {
 		s.CPU = u + sy
 	}
@@ -167,4 +173,27 @@ func (h *rig) measureFiles(ctx context.Context, px *shaper.Proxy, p profile, bi 
 func countFiles(ctx context.Context, dir string) (int, error) {
 	out, err := runCmd(ctx, "find", dir, "-type", "f")
 	return bytes.Count(out, []byte{'\n'}), err
+}
+
+// machineBusy is the CPU-seconds every core has spent busy since boot
+// (/proc/stat: user, nice, system, irq, softirq, steal); 0 if unreadable.
+func machineBusy() float64 {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := bytes.Cut(data, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var busy float64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			return 0
+		}
+		busy += v
+	}
+	return busy / 100 // USER_HZ
 }
