@@ -107,9 +107,20 @@ func (s *State) treeWait(sc *scratch, b *blobState, r *peer, q *request, now tim
 		if p == r || p.gone || !now.Before(l.expires) || s.hot[p.slot].seen < oldest || s.banned(p, now) || (avoid && r.rep.avoids(p.id, now)) {
 			return true
 		}
+		// A requester that holds a chunk already is no future holder
+		// of it: its lease is one it has not reported on yet (it got
+		// the chunk elsewhere, or its report is on the way), and a
+		// wait for it would last until TreeStarveAfter for nothing.
+		var held Bitset
+		if i, ok := p.holdings[b]; ok {
+			held = b.row(&b.holders[i])
+		}
 		k, _ := slices.BinarySearch(spots, l.lo)
 		hit := false
 		for ; k < len(spots) && spots[k] <= l.hi; k++ {
+			if held.Has(spots[k]) {
+				continue
+			}
 			hit = true
 			if !future[k] {
 				future[k] = true

@@ -182,6 +182,31 @@ func TestTreeNoStarvation(t *testing.T) {
 			t.Fatalf("%s, want g for 5 and an immediate wait for 0", describe(a))
 		}
 	})
+	t.Run("future holders that hold the chunks already", func(t *testing.T) {
+		// x and y hold the chunks and each has a lease on the other that
+		// it has not reported on (it announced before its report, or got
+		// the chunks elsewhere): both are full, and neither will announce
+		// anything new. A new requester is served over the cap at once,
+		// not after TreeStarveAfter (seen with containerd pulling through
+		// a fourth node while the registry was down: its fetch gave up
+		// after 60 waits).
+		s := newState(t, nil)
+		for _, id := range []string{"x", "y", "d"} {
+			mustRegister(t, s, id, nil, t0)
+		}
+		mustAnnounce(t, s, "x", b, seq(0, 4), t0)
+		if a := mustParents(t, s, "y", b, seq(0, 4), t0); !slices.Equal(parentIDs(a), []string{"x"}) {
+			t.Fatalf("y: %s, want x", describe(a))
+		}
+		mustAnnounce(t, s, "y", b, seq(0, 4), t0)
+		if a := mustParents(t, s, "x", b, seq(0, 4), t0); !slices.Equal(parentIDs(a), []string{"y"}) {
+			t.Fatalf("x: %s, want y", describe(a))
+		}
+		a := mustParents(t, s, "d", b, seq(0, 4), at(treeRetry))
+		if len(a.Parents) != 1 || !slices.Equal(a.Parents[0].Chunks, seq(0, 4)) {
+			t.Fatalf("d: %s, want x or y for every chunk", describe(a))
+		}
+	})
 	t.Run("future holder left", func(t *testing.T) {
 		s := newState(t, nil)
 		rs := treeScene(t, s, s.cfg.TreeMaxChildren+1)
