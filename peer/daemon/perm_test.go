@@ -63,7 +63,7 @@ func TestStateAndCacheModes(t *testing.T) {
 			want = 0o700
 		case fi.Mode().Type() == fs.ModeSocket:
 			return nil
-		case strings.Contains(p, "/cache/chunks/"):
+		case strings.Contains(p, "/cache/packs/"):
 			entries++
 		case strings.Contains(p, "/holdings/"):
 			holdings++
@@ -77,6 +77,6 @@ func TestStateAndCacheModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if entries == 0 || holdings == 0 {
-		t.Errorf("got %d cache entries and %d holdings files; want the pull's", entries, holdings)
+		t.Errorf("got %d cache packs and %d holdings files; want the pull's", entries, holdings)
 	}
 }

@@ -87,6 +87,12 @@ type Cache struct {
 	// right (Meta.Vouched).
 	vouched vouched
 
+	// packs holds the pack files (pack.go); entryFiles is whether entry
+	// files may be in the directory (the last scan found some, or this
+	// process writes them: direct I/O), so that lookups look there too.
+	packs      *packSet
+	entryFiles atomic.Bool
+
 	n counters
 }
 
@@ -110,7 +116,9 @@ func Open(cfg Config) (*Cache, error) {
 		high:  cfg.highBytes(),
 		low:   cfg.lowBytes(),
 		idx:   newIndex(),
+		packs: newPackSet(cfg.Dir, cfg.Capacity),
 	}
+	c.entryFiles.Store(cfg.entryFiles)
 	c.settled = sync.NewCond(&c.mu)
 	if c.high > 0 {
 		c.rescanEvery = max((c.high-c.low)/2, 1)
@@ -129,6 +137,9 @@ func Open(cfg Config) (*Cache, error) {
 		if err := c.paths.makeShards(c.perm); err != nil {
 			return nil, fmt.Errorf("open cache: %w", err)
 		}
+		if err := c.perm.mkdirs(c.paths.root, c.packs.dir); err != nil {
+			return nil, fmt.Errorf("open cache: %w", err)
+		}
 		if err := c.fixDirs(); err != nil {
 			return nil, fmt.Errorf("open cache: %w", err)
 		}
@@ -142,8 +153,14 @@ func Open(cfg Config) (*Cache, error) {
 		// deleting it, a later scan does.
 		if probe(c.paths.shard(Key{})) {
 			c.direct.Store(true)
+			c.entryFiles.Store(true)
 		} else {
 			c.log.Info("cache: the file system refuses direct I/O; reading and writing through the page cache", "dir", cfg.Dir)
+		}
+	}
+	if (c.direct.Load() || cfg.entryFiles) && !c.readOnly {
+		if err := c.markEntryFiles(); err != nil {
+			return nil, fmt.Errorf("open cache: %w", err)
 		}
 	}
 	if cfg.HotBytes > 0 && c.direct.Load() {
@@ -160,7 +177,7 @@ func Open(cfg Config) (*Cache, error) {
 // or opened before with another Config.Group.
 func (c *Cache) fixDirs() error {
 	dirs := make([]string, 0, 2+256)
-	dirs = append(dirs, c.paths.root, c.paths.chunks)
+	dirs = append(dirs, c.paths.root, c.paths.chunks, c.packs.dir)
 	for i := range 256 {
 		dirs = append(dirs, c.paths.shard(SHA256(rafs.Digest{byte(i)})))
 	}
@@ -194,6 +211,13 @@ func (c *Cache) Close() error {
 	c.evictMu.Lock()
 	defer c.evictMu.Unlock()
 	c.closed.Store(true)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.packs.files {
+		p.gone = true // not deleted: only let go of here
+		c.closeIfDoneLocked(p)
+	}
+	c.packs.w = nil
 	return nil
 }
 
@@ -212,9 +236,25 @@ func (c *Cache) Keys() []Key {
 }
 
 // forget drops k from the index, when its file is gone.
+// forgetEntry forgets k after its entry file was found missing, unless
+// k is located in a pack.
+func (c *Cache) forgetEntry(k Key) {
+	c.mu.Lock()
+	_, inPack := c.packs.locs[k]
+	if !inPack {
+		c.idx.remove(k)
+	}
+	c.mu.Unlock()
+	if !inPack {
+		c.hot.forget(k)
+		c.vouched.forget(k)
+	}
+}
+
 func (c *Cache) forget(k Key) {
 	c.mu.Lock()
 	c.idx.remove(k)
+	delete(c.packs.locs, k)
 	c.mu.Unlock()
 	c.hot.forget(k)
 	c.vouched.forget(k)

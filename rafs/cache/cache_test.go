@@ -28,10 +28,12 @@ func TestRoundTrip(t *testing.T) {
 		{"largest", makeChunk(8, rafs.MaxChunkSize, false), nil},
 	}
 	for _, tt := range tests {
-		for _, direct := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/direct=%v", tt.name, direct), func(t *testing.T) {
+		for _, mode := range []string{"direct", "entry files", "packs"} {
+			t.Run(fmt.Sprintf("%s/%s", tt.name, mode), func(t *testing.T) {
 				t.Parallel()
-				roundTrip(t, openTestIO(t, func() Config { cc := Default(""); cc.DirectIO = direct; return cc }()), tt.chunk, tt.dst, direct)
+				cc := Default("")
+				cc.DirectIO, cc.entryFiles = mode == "direct", mode == "entry files"
+				roundTrip(t, openTestIO(t, cc), tt.chunk, tt.dst, mode == "direct")
 			})
 		}
 	}
@@ -73,11 +75,25 @@ func roundTrip(t *testing.T, c *Cache, tc testChunk, dst []byte, direct bool) {
 	}
 	s := c.Stats()
 	want := Stats{Entries: 1, Bytes: headerSize + int64(len(tc.stored)), Hits: 2, Misses: 1, Puts: 1, Direct: direct}
+	inPacks := !direct && !c.cfg.entryFiles
+	if inPacks {
+		want.Packs = 1
+	}
 	if s != want {
 		t.Errorf("stats: got %+v, want %+v", s, want)
 	}
-	if fi, err := os.Stat(c.paths.entry(d)); err != nil || fi.Size() != want.Bytes {
-		t.Errorf("entry file: %v, %v; want %d bytes", fi, err, want.Bytes)
+	if !inPacks {
+		if fi, err := os.Stat(c.paths.entry(d)); err != nil || fi.Size() != want.Bytes {
+			t.Errorf("entry file: %v, %v; want %d bytes", fi, err, want.Bytes)
+		}
+		return
+	}
+	if fs := entryFiles(t, c.cfg.Dir); len(fs) != 0 {
+		t.Errorf("entry files written beside the pack: %v", fs)
+	}
+	packs := packFiles(t, c.cfg.Dir)
+	if len(packs) != 1 || packs[c.packNameOf(d)] != packHeaderSize+want.Bytes {
+		t.Errorf("packs %v, want one of %d bytes holding %s", packs, packHeaderSize+want.Bytes, d)
 	}
 }
 

@@ -43,6 +43,48 @@ func (c *Cache) ReadChunk(ck rafs.Chunk, dst []byte) error {
 		// file fails too: read it, for readFailed to deal with.
 		c.hot.forget(k)
 	}
+	for attempt := 0; ; attempt++ {
+		if found, err := c.readChunkPack(k, ck, dst); found {
+			return err
+		}
+		if c.entryFiles.Load() {
+			if absent, err := c.readChunkEntry(k, ck, dst); !absent {
+				return err
+			}
+		}
+		if attempt > 0 || !c.refreshOnMiss() {
+			break
+		}
+	}
+	c.n.misses.Add(1)
+	return ErrNotFound
+}
+
+// readChunkPack is ReadChunk's look in the packs: found reports whether k
+// is located in one, and then the error is the read's.
+func (c *Cache) readChunkPack(k Key, ck rafs.Chunk, dst []byte) (found bool, err error) {
+	l, release, ok := c.locate(k)
+	if !ok {
+		return false, nil
+	}
+	defer release()
+	e, err := openRecord(l, k)
+	if err == nil {
+		err = decodeEntry(e, ck, dst)
+	}
+	if err != nil {
+		c.n.misses.Add(1)
+		return true, c.recordFailed(k, l, err)
+	}
+	c.usedPack(k, l.p)
+	c.n.hits.Add(1)
+	c.lookIfStale()
+	return true, nil
+}
+
+// readChunkEntry is ReadChunk's look at k's entry file; absent reports
+// that there is none (not counted as a miss).
+func (c *Cache) readChunkEntry(k Key, ck rafs.Chunk, dst []byte) (absent bool, err error) {
 	path := c.paths.entry(k)
 	e, err := openEntry(path, k, c.direct.Load())
 	if e != nil {
@@ -54,16 +96,18 @@ func (c *Cache) ReadChunk(ck rafs.Chunk, dst []byte) error {
 	if err != nil && isNotExist(err) {
 		if m, stored, ok := c.adoptLegacy(k, nil); ok && decodeStored(ck, m, stored, dst) == nil {
 			c.n.hits.Add(1)
-			return nil
+			return false, nil
 		}
+		c.forgetEntry(k)
+		return true, ErrNotFound
 	}
 	if err != nil {
 		c.n.misses.Add(1)
-		return c.readFailed(k, path, e, err)
+		return false, c.readFailed(k, path, e, err)
 	}
 	c.used(k, path, e.fi)
 	c.n.hits.Add(1)
-	return nil
+	return false, nil
 }
 
 // decodeEntry reads e's payload and decodes it into dst as ck's content.

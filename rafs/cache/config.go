@@ -64,6 +64,10 @@ type Config struct {
 	// probeDirect replaces the check Open makes of direct I/O, in tests
 	// acting out a file system without it.
 	probeDirect func(dir string) bool
+	// entryFiles, set by tests only, makes Put write entry files, as with
+	// direct I/O, instead of packs: for the tests of what entry files a
+	// process of an earlier release, or one with direct I/O, leaves.
+	entryFiles bool
 	// Logger receives corrupt-entry warnings and eviction summaries; nil
 	// discards them.
 	Logger *slog.Logger `mapstructure:"-"`

@@ -6,7 +6,9 @@
 // uncompressed bytes) and its algorithm, SHA-256 or BLAKE3, both part of
 // the chunk's identity; a lookup under the other algorithm is a miss.
 // They hold the chunk's stored bytes as they are in the blob, behind a
-// small checksummed header; CACHE.md documents the layout. The parts:
+// small checksummed header, as records appended to pack files (one writer
+// per pack; the default) or as one file per entry (direct I/O, and
+// releases before packs); CACHE.md documents the layout. The parts:
 //
 //   - key.go is Key, an entry's identity; legacy.go finds the BLAKE3
 //     entries of the release before, which had no algorithm in the key.
@@ -14,6 +16,8 @@
 //     perm.go gives what the cache creates its modes and group.
 //   - entry.go reads and writes one entry file: temp file and rename to
 //     write, header, size and CRC checks to read.
+//   - pack.go appends records to this process's pack, finds the records
+//     other processes append to theirs, reads and evicts packs.
 //   - index.go is this process's LRU view of the directory, with byte
 //     counts; scan.go rebuilds it from the directory.
 //   - evict.go runs rescans and eviction under an exclusive flock on
@@ -27,6 +31,7 @@
 // through file mtimes, which Get refreshes at most once a minute per entry.
 // Nothing a reader holds is invalidated by eviction: unlinking a file leaves
 // open descriptors readable, and a reader that finds a file gone gets
-// ErrNotFound and refetches. A file that fails any check is deleted and
-// reported as not found, never returned.
+// ErrNotFound and refetches. An entry file that fails any check is deleted,
+// a pack record that does is forgotten, and either is reported as not
+// found, never returned.
 package cache

@@ -20,6 +20,10 @@ type entryFile struct {
 	f   *os.File
 	fi  fs.FileInfo
 	hdr header
+	// payloadOff is where the payload is when e is a pack record (see
+	// openRecord), else 0: at headerSize. Such an entryFile shares its
+	// pack's file and is never closed.
+	payloadOff int64
 	// whole is the entire file, read at once by a direct read (nil for a
 	// buffered one); Close returns it to its pool.
 	whole *[]byte
@@ -105,6 +109,10 @@ func (e *entryFile) check(k Key, direct bool) error {
 // The result aliases dst when its capacity suffices; otherwise it is a
 // buffer from rafs/bufpool, which the caller may give back.
 func (e *entryFile) readPayload(dst []byte) ([]byte, error) {
+	off := int64(headerSize)
+	if e.payloadOff != 0 {
+		off = e.payloadOff
+	}
 	n := int(e.hdr.meta.StoredSize)
 	if cap(dst) >= n {
 		dst = dst[:n]
@@ -113,7 +121,7 @@ func (e *entryFile) readPayload(dst []byte) ([]byte, error) {
 	}
 	if e.whole != nil {
 		copy(dst, (*e.whole)[headerSize:])
-	} else if _, err := e.f.ReadAt(dst, headerSize); err != nil {
+	} else if _, err := e.f.ReadAt(dst, off); err != nil {
 		return nil, shortRead(err)
 	}
 	if got := crc32.Checksum(dst, castagnoli); got != e.hdr.payloadCRC {

@@ -1,8 +1,10 @@
 package cache
 
 import (
+	"cmp"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -49,9 +51,12 @@ func (c *Cache) evictFromPut() {
 // directory and before it updates the index.
 var afterScan func()
 
+// victim is an entry file or a pack (p set) to evict.
 type victim struct {
 	key  Key
+	p    *packFile
 	size int64
+	used int64
 }
 
 // rescanLocked is Rescan; the caller holds evictMu.
@@ -73,29 +78,21 @@ func (c *Cache) rescanLocked() error {
 		c.n.errors.Add(1)
 		return err
 	}
+	c.refreshPacks()
 	if afterScan != nil {
 		afterScan()
 	}
 	c.n.corrupt.Add(uint64(res.corrupt))
+	c.entryFiles.Store(len(res.entries) > 0 || c.direct.Load() || c.cfg.entryFiles)
 
 	c.mu.Lock()
-	c.idx.rebuild(res.entries, since)
-	// What this process wrote during the scan may be missing from it,
-	// and counts toward the next one: forgetting it would let the
-	// processes sharing the directory overshoot the bound CACHE.md gives.
+	inPacks, units := c.packScannedLocked()
+	c.idx.rebuild(append(res.entries, inPacks...), since)
 	c.written -= writtenBefore
 	scannedBytes := c.idx.bytes
 	var victims []victim
-	// A process that may not write the directory cannot evict: the
-	// one that owns it does.
 	if c.high > 0 && c.idx.bytes > c.high && !c.readOnly {
-		for c.idx.bytes > c.low {
-			d, size, ok := c.idx.popOldest()
-			if !ok {
-				break
-			}
-			victims = append(victims, victim{d, size})
-		}
+		victims = c.victimsLocked(units)
 	}
 	c.mu.Unlock()
 
@@ -124,6 +121,22 @@ func (c *Cache) unlink(victims []victim) (n int, bytes int64) {
 		}
 	}()
 	for _, v := range victims {
+		if v.p != nil {
+			keys, err := c.removePack(v.p)
+			if err != nil {
+				c.n.errors.Add(1)
+				c.log.Warn("cache: evict", "pack", v.p.name, "err", fmt.Errorf("unlink: %w", err))
+				continue
+			}
+			for _, k := range keys {
+				c.hot.forget(k)
+				c.vouched.forget(k)
+			}
+			n += len(keys)
+			bytes += v.size
+			gone = append(gone, keys...)
+			continue
+		}
 		err := os.Remove(c.paths.entry(v.key))
 		c.hot.forget(v.key)
 		switch {
@@ -139,4 +152,38 @@ func (c *Cache) unlink(victims []victim) (n int, bytes int64) {
 	c.n.evictions.Add(uint64(n))
 	c.n.evictedBytes.Add(uint64(bytes))
 	return n, bytes
+}
+
+// victimsLocked picks what to evict, least recently used first, until
+// what stays is within the low watermark: entry files one by one (their
+// index entries leave the index here), packs whole (with every record in
+// them; they leave when unlinked). The bytes counted are the index's for
+// entry files and the file sizes for packs. Under c.mu.
+func (c *Cache) victimsLocked(units []packUnit) []victim {
+	var cands []victim
+	total := int64(0)
+	for _, e := range c.idx.lru.Values() {
+		if _, inPack := c.packs.locs[e.key]; inPack {
+			continue
+		}
+		cands = append(cands, victim{key: e.key, size: e.size, used: e.used})
+		total += e.size
+	}
+	for _, u := range units {
+		cands = append(cands, victim{p: u.p, size: u.size, used: u.used})
+		total += u.size
+	}
+	slices.SortStableFunc(cands, func(a, b victim) int { return cmp.Compare(a.used, b.used) })
+	var out []victim
+	for _, v := range cands {
+		if total <= c.low {
+			break
+		}
+		if v.p == nil {
+			c.idx.remove(v.key)
+		}
+		out = append(out, v)
+		total -= v.size
+	}
+	return out
 }

@@ -55,6 +55,32 @@ func (c *Cache) get(k Key, dst []byte) (Meta, []byte, fileID, error) {
 	}) {
 		return m, out, fileID{}, nil
 	}
+	for attempt := 0; ; attempt++ {
+		if m, out, id, found, err := c.getPack(k, dst); found {
+			if err != nil {
+				c.n.misses.Add(1)
+				return Meta{}, nil, fileID{}, err
+			}
+			c.n.hits.Add(1)
+			c.hot.keep(k, m, out)
+			return m, out, id, nil
+		}
+		if c.entryFiles.Load() {
+			if m, out, id, absent, err := c.getEntry(k, dst); !absent {
+				return m, out, id, err
+			}
+		}
+		if attempt > 0 || !c.refreshOnMiss() {
+			break
+		}
+	}
+	c.n.misses.Add(1)
+	return Meta{}, nil, fileID{}, ErrNotFound
+}
+
+// getEntry is get's look at k's entry file; absent reports that there is
+// none (not counted as a miss: get goes on looking).
+func (c *Cache) getEntry(k Key, dst []byte) (m Meta, out []byte, id fileID, absent bool, err error) {
 	path := c.paths.entry(k)
 	e, err := openEntry(path, k, c.direct.Load())
 	if e != nil {
@@ -66,18 +92,20 @@ func (c *Cache) get(k Key, dst []byte) (Meta, []byte, fileID, error) {
 	if err != nil && isNotExist(err) {
 		if m, out, ok := c.adoptLegacy(k, dst); ok {
 			c.n.hits.Add(1)
-			return m, out, fileID{}, nil
+			return m, out, fileID{}, false, nil
 		}
+		c.forgetEntry(k)
+		return Meta{}, nil, fileID{}, true, ErrNotFound
 	}
 	if err != nil {
 		c.n.misses.Add(1)
-		return Meta{}, nil, fileID{}, c.readFailed(k, path, e, err)
+		return Meta{}, nil, fileID{}, false, c.readFailed(k, path, e, err)
 	}
-	id, _ := idOf(e.fi)
+	id, _ = idOf(e.fi)
 	c.used(k, path, e.fi)
 	c.n.hits.Add(1)
 	c.hot.keep(k, e.hdr.meta, out)
-	return e.hdr.meta, out, id, nil
+	return e.hdr.meta, out, id, false, nil
 }
 
 // GetVerified is Get for a caller that checks what it reads: verify
@@ -101,9 +129,13 @@ func (c *Cache) GetVerified(k Key, dst []byte, verify func(Meta, []byte) error) 
 	if verr := verify(m, out); verr != nil {
 		c.n.corrupt.Add(1)
 		c.forget(k)
-		if id != (fileID{}) {
+		switch {
+		case id.ctimeSec == -1:
+			// A pack record: forgotten here (forget did), and left in
+			// its pack, which other processes read with their own checks.
+		case id != (fileID{}):
 			c.removeIf(k, id)
-		} else {
+		default:
 			_ = os.Remove(c.paths.entry(k))
 		}
 		c.log.Warn("cache: deleted entry that fails verification", "key", k, "err", verr)
@@ -148,20 +180,32 @@ func (c *Cache) usedHot(k Key, kept time.Time) {
 	c.n.hotHits.Add(1)
 }
 
-// Has reports whether an entry file for k exists now, in this process's
-// index or not. It does not read or check the file, nor count as a use.
+// Has reports whether the cache holds k now: a record in a pack this
+// process knows, or an entry file. When neither is found, other
+// processes' packs are looked at again first (refreshOnMiss). It does not
+// read or check the bytes, nor count
+// as a use.
 func (c *Cache) Has(k Key) bool {
 	if c.closed.Load() || !k.valid() {
 		return false
 	}
-	fi, err := os.Lstat(c.paths.entry(k))
-	if err != nil {
-		if isNotExist(err) {
-			c.forget(k)
+	for attempt := 0; ; attempt++ {
+		if c.hasPack(k) {
+			return true
 		}
-		return false
+		if c.entryFiles.Load() {
+			fi, err := os.Lstat(c.paths.entry(k))
+			if err == nil && fi.Mode().IsRegular() {
+				return true
+			}
+			if err != nil && isNotExist(err) {
+				c.forgetEntry(k)
+			}
+		}
+		if attempt > 0 || !c.refreshOnMiss() {
+			return false
+		}
 	}
-	return fi.Mode().IsRegular()
 }
 
 // readFailed turns a failure to read k's entry at path into Get's error.
@@ -171,7 +215,7 @@ func (c *Cache) Has(k Key) bool {
 func (c *Cache) readFailed(k Key, path string, e *entryFile, err error) error {
 	switch {
 	case isNotExist(err):
-		c.forget(k)
+		c.forgetEntry(k)
 		return ErrNotFound
 	case errors.Is(err, errCorrupt):
 		c.discard(k, path, e)

@@ -145,6 +145,24 @@ func entryFiles(t testing.TB, dir string) map[string]int64 {
 	return files
 }
 
+// packFiles returns every pack's size under dir.
+func packFiles(t testing.TB, dir string) map[string]int64 {
+	t.Helper()
+	files := map[string]int64{}
+	names, err := os.ReadDir(filepath.Join(dir, packsDirName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, de := range names {
+		if parsePackName(de.Name()) {
+			if fi, err := de.Info(); err == nil {
+				files[de.Name()] = fi.Size()
+			}
+		}
+	}
+	return files
+}
+
 // dirBytes sums the sizes of the entry files under dir.
 func dirBytes(t testing.TB, dir string) int64 {
 	var n int64

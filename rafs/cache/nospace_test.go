@@ -49,7 +49,7 @@ func noSpace(t *testing.T, direct bool) {
 	if !errors.Is(err, unix.ENOSPC) {
 		t.Errorf("got %v, want it to wrap ENOSPC too", err)
 	}
-	wantNoPartialFiles(t, dir, 0)
+	wantNoPartialFiles(t, dir, 0, direct)
 
 	// Smaller chunks until the disk is full.
 	var stored int
@@ -68,7 +68,7 @@ func noSpace(t *testing.T, direct bool) {
 	if stored == 0 || stored == 20 {
 		t.Fatalf("stored %d chunks of 300 KiB in 1 MiB, want some but not all", stored)
 	}
-	wantNoPartialFiles(t, dir, stored)
+	wantNoPartialFiles(t, dir, stored, direct)
 	if s := c.Stats(); s.Entries != stored || s.Errors != 2 {
 		t.Errorf("stats: got %+v, want %d entries, 2 errors", s, stored)
 	}
@@ -84,17 +84,40 @@ func noSpace(t *testing.T, direct bool) {
 		t.Fatal(err)
 	}
 	small := makeChunk(99, 200<<10, false)
-	if err := c.PutChunk(small.ck, small.stored); err != nil {
-		t.Errorf("Put after Remove: %v", err)
+	err = c.PutChunk(small.ck, small.stored)
+	if direct {
+		if err != nil {
+			t.Errorf("Put after Remove: %v", err)
+		}
+		return
 	}
+	// A record is not removed from its pack (only a whole pack is, by
+	// eviction): the disk stays full, and the put fails as cleanly.
+	if !errors.Is(err, ErrNoSpace) {
+		t.Errorf("Put into a full pack disk after Remove: got %v, want ErrNoSpace", err)
+	}
+	wantNoPartialFiles(t, dir, stored, direct)
 }
 
-// wantNoPartialFiles checks that dir holds n entry files, each whole, and
-// no temp files.
-func wantNoPartialFiles(t *testing.T, dir string, n int) {
+// wantNoPartialFiles checks that dir holds n entries of 300 KiB, each
+// whole, and no temp files: n entry files with direct I/O, else packs of
+// n records and nothing more (what failed writes took is given back).
+func wantNoPartialFiles(t *testing.T, dir string, n int, direct bool) {
 	t.Helper()
 	if tmp := tempFiles(t, dir); len(tmp) != 0 {
 		t.Errorf("temp files left: %v", tmp)
+	}
+	if !direct {
+		var total, want int64
+		packs := packFiles(t, dir)
+		for _, size := range packs {
+			total += size
+		}
+		want = int64(len(packs))*packHeaderSize + int64(n)*(headerSize+300<<10)
+		if total != want {
+			t.Errorf("packs %v: %d bytes, want %d for %d records", packs, total, want, n)
+		}
+		return
 	}
 	files := entryFiles(t, dir)
 	if len(files) != n {

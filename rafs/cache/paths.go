@@ -14,6 +14,10 @@ import (
 const (
 	chunksDirName = "chunks"
 	lockFileName  = "lock"
+	// entryMarkName is the file a process that writes entry files
+	// (direct I/O) creates at open, so that the others look for entry
+	// files too (see CACHE.md).
+	entryMarkName = "entry-files"
 	// tempPrefix starts every temp file name, followed by the entry's hex
 	// digest, a dash and a random suffix. Scans skip such names and delete
 	// them once they are older than staleTempAge.
@@ -36,6 +40,7 @@ type paths struct {
 	root   string // Config.Dir
 	chunks string // root/chunks
 	lock   string // root/lock
+	mark   string // root/entry-files
 }
 
 func newPaths(root string) paths {
@@ -43,6 +48,7 @@ func newPaths(root string) paths {
 		root:   root,
 		chunks: filepath.Join(root, chunksDirName),
 		lock:   filepath.Join(root, lockFileName),
+		mark:   filepath.Join(root, entryMarkName),
 	}
 }
 

@@ -277,8 +277,8 @@ func TestGroupReader(t *testing.T) {
 					t.Fatalf("reader outside any group: got %v, want it denied:\n%s", err, out)
 				}
 			}
-			if has := exists(c.paths.entry(tc.ckKey())); !has {
-				t.Error("the reader's open or rescan deleted the entry")
+			if has := exists(filepath.Join(dir, packsDirName, c.packNameOf(tc.ckKey()))); !has {
+				t.Error("the reader's open or rescan deleted the pack")
 			}
 		})
 	}

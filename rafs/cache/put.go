@@ -51,29 +51,33 @@ func (c *Cache) Put(k Key, m Meta, stored []byte) error {
 	if err := m.check(); err != nil {
 		return fmt.Errorf("cache: put %s: %w", k, err)
 	}
-	path := c.paths.entry(k)
 	size := int64(headerSize) + int64(len(stored))
 	now := time.Now()
-	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == size {
+	if c.hasPack(k) {
 		// Already stored, by this process or another: same content.
-		if now.Sub(fi.ModTime()) >= touchInterval {
-			_ = os.Chtimes(path, time.Time{}, now)
-		}
-		c.n.puts.Add(1)
-		c.hot.keep(k, m, stored)
-		c.mu.Lock()
-		c.idx.add(k, size, now.UnixNano())
-		over := c.overLocked()
-		c.mu.Unlock()
-		if over {
-			c.evictFromPut()
-		}
+		c.storedAlready(k, m, stored, size, now)
 		return nil
+	}
+	path := c.paths.entry(k)
+	if c.entryFiles.Load() {
+		if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == size {
+			if now.Sub(fi.ModTime()) >= touchInterval {
+				_ = os.Chtimes(path, time.Time{}, now)
+			}
+			c.storedAlready(k, m, stored, size, now)
+			return nil
+		}
 	}
 	if err := c.admit(size); err != nil {
 		return err
 	}
-	id, err := c.write(k, m, path, stored)
+	var id fileID
+	var err error
+	if c.direct.Load() || c.cfg.entryFiles {
+		id, err = c.write(k, m, path, stored)
+	} else {
+		id, err = c.writePack(k, m, stored)
+	}
 	c.mu.Lock()
 	c.writing -= size
 	if err == nil {
@@ -95,6 +99,33 @@ func (c *Cache) Put(k Key, m Meta, stored []byte) error {
 		c.evictFromPut()
 	}
 	return nil
+}
+
+// storedAlready is Put for a key the cache holds: a use of it.
+func (c *Cache) storedAlready(k Key, m Meta, stored []byte, size int64, now time.Time) {
+	c.n.puts.Add(1)
+	c.hot.keep(k, m, stored)
+	c.mu.Lock()
+	c.idx.add(k, size, now.UnixNano())
+	over := c.overLocked()
+	c.mu.Unlock()
+	if over {
+		c.evictFromPut()
+	}
+}
+
+// writePack appends k's record to a pack, turning failures into Put's
+// errors as write does.
+func (c *Cache) writePack(k Key, m Meta, stored []byte) (fileID, error) {
+	id, err := c.putPack(k, m, stored)
+	if err == nil {
+		return id, nil
+	}
+	c.n.errors.Add(1)
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fileID{}, fmt.Errorf("cache: put %s: %w: %w", k, ErrNoSpace, err)
+	}
+	return fileID{}, fmt.Errorf("cache: put %s: %w", k, err)
 }
 
 // overLocked reports whether a rescan is due: the index is above the high

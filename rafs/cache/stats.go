@@ -7,6 +7,7 @@ import "sync/atomic"
 // this process only.
 type Stats struct {
 	Entries  int   // entries in the index
+	Packs    int   // pack files this process knows (pack.go)
 	Bytes    int64 // bytes of their files, headers included
 	Capacity int64 // Config.Capacity; 0 means unlimited
 
@@ -46,11 +47,12 @@ type counters struct {
 // at any time, also after Close.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
-	entries, bytes := c.idx.len(), c.idx.bytes
+	entries, bytes, packs := c.idx.len(), c.idx.bytes, len(c.packs.files)
 	c.mu.Unlock()
 	hotEntries, hotBytes := c.hot.stats()
 	return Stats{
 		Entries:       entries,
+		Packs:         packs,
 		Bytes:         bytes,
 		Capacity:      c.cfg.Capacity,
 		Hits:          c.n.hits.Load(),

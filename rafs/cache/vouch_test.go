@@ -55,8 +55,8 @@ func TestGetVerifiedSkipsKnownFiles(t *testing.T) {
 	for _, direct := range []bool{false, true} {
 		t.Run(map[bool]string{false: "buffered", true: "direct"}[direct], func(t *testing.T) {
 			dir := t.TempDir()
-			a := openTestIO(t, Config{Dir: dir, DirectIO: direct})
-			b := openTestIO(t, Config{Dir: dir, DirectIO: direct})
+			a := openTestIO(t, Config{Dir: dir, DirectIO: direct, entryFiles: !direct})
+			b := openTestIO(t, Config{Dir: dir, DirectIO: direct, entryFiles: !direct})
 			v := &verifyCounter{tc: makeChunk(1, 100<<10, true)}
 			mustPut(t, a, v.tc.ckKey(), v.tc.meta(), v.tc.stored)
 
@@ -117,13 +117,13 @@ func TestGetVerifiedSkipsKnownFiles(t *testing.T) {
 // Bytes verify refuses are removed and reported missing, and what the
 // writer itself wrote is checked again once the file is not its own.
 func TestGetVerifiedRemovesRefused(t *testing.T) {
-	c := openTestIO(t, Config{})
+	c := openTestIO(t, Config{entryFiles: true})
 	good := makeChunk(2, 64<<10, true)
 	k := good.ckKey()
 	// A consistent entry (header and CRC right) with the wrong bytes:
 	// another chunk's, put under k by a writer that did not verify.
 	other := makeChunk(3, 64<<10, true)
-	w := openTestIO(t, Config{Dir: c.cfg.Dir})
+	w := openTestIO(t, Config{Dir: c.cfg.Dir, entryFiles: true})
 	mustPut(t, w, k, other.meta(), other.stored)
 
 	v := &verifyCounter{tc: good}
