@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -69,6 +70,10 @@ func (c *Cache) readChunkPack(k Key, ck rafs.Chunk, dst []byte) (found bool, err
 	}
 	defer release()
 	e, err := openRecord(l, k)
+	if errors.Is(err, errRemoved) {
+		c.forgetRecord(k, l)
+		return false, nil // look elsewhere: it may be put again
+	}
 	if err == nil {
 		err = decodeEntry(e, ck, dst)
 	}

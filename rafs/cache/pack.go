@@ -35,9 +35,12 @@ import (
 // (its mtime, refreshed by reads at most once a minute, and by appends).
 
 const (
-	packsDirName   = "packs"
-	packSuffix     = ".pack"
-	packMagic      = "DFLYPACK"
+	packsDirName = "packs"
+	packSuffix   = ".pack"
+	packMagic    = "DFLYPACK"
+	// tombMagic starts the header of a removed record (Remove): a scan
+	// skips it by its stored size, a read of it is a miss.
+	tombMagic      = "DFLYGONE"
 	packVersion    = 1
 	packHeaderSize = 64
 	// maxPackSize caps a pack; a cache with a capacity uses packs of at
@@ -178,7 +181,12 @@ func scanRecords(readAt func([]byte, int64) (int, error), off, size int64) ([]re
 		}
 		h, err := decodeHeader(hb[:])
 		if err != nil {
-			break
+			n, ok := decodeTombstone(hb[:])
+			if !ok || off+headerSize+n > size {
+				break
+			}
+			off += headerSize + n
+			continue
 		}
 		end := off + headerSize + int64(h.meta.StoredSize)
 		if end > size {
@@ -188,6 +196,67 @@ func scanRecords(readAt func([]byte, int64) (int, error), off, size int64) ([]re
 		off = end
 	}
 	return recs, off, nil
+}
+
+// errRemoved is a read of a record Remove marked removed.
+var errRemoved = errors.New("cache: record removed")
+
+// encodeTombstone returns the header that marks a removed record of
+// stored bytes: tombMagic, the stored size at the entry header's offset,
+// zeros, and the CRC32-C of bytes 0 to 59 at 60.
+func encodeTombstone(stored uint32) []byte {
+	b := make([]byte, headerSize)
+	copy(b, tombMagic)
+	binary.LittleEndian.PutUint32(b[offStoredSize:], stored)
+	binary.LittleEndian.PutUint32(b[offHeaderCRC:], crc32.Checksum(b[:offHeaderCRC], castagnoli))
+	return b
+}
+
+// decodeTombstone returns the stored size a removed record's header
+// gives, if b is one.
+func decodeTombstone(b []byte) (int64, bool) {
+	if len(b) < headerSize || string(b[:len(tombMagic)]) != tombMagic {
+		return 0, false
+	}
+	if binary.LittleEndian.Uint32(b[offHeaderCRC:]) != crc32.Checksum(b[:offHeaderCRC], castagnoli) {
+		return 0, false
+	}
+	n := binary.LittleEndian.Uint32(b[offStoredSize:])
+	if n > maxStored {
+		return 0, false
+	}
+	return int64(n), true
+}
+
+// removeRecord marks k's record removed in its pack, if k is located in
+// one and this process may write the pack: its header becomes a
+// tombstone (every process's next read of it misses; scans skip it) and
+// its payload's space is given back (a hole). It reports whether it did.
+func (c *Cache) removeRecord(k Key) bool {
+	l, release, ok := c.locate(k)
+	if !ok {
+		return false
+	}
+	defer release()
+	f := l.p.f
+	if !l.p.own {
+		var err error
+		if f, err = os.OpenFile(c.packs.dir+"/"+l.p.name, os.O_WRONLY|syscall.O_NOFOLLOW, 0); err != nil {
+			return false
+		}
+		defer f.Close()
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) != nil || uint64(st.Ino) != l.p.ino || uint64(st.Dev) != l.p.dev {
+			return false // another file at that name since
+		}
+	}
+	if _, err := f.WriteAt(encodeTombstone(l.stored), l.off); err != nil {
+		return false
+	}
+	if l.stored > 0 {
+		_ = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, l.off+headerSize, int64(l.stored))
+	}
+	return true
 }
 
 // putPack appends k's record to this process's pack and locates k there.
@@ -405,6 +474,9 @@ func openRecord(l loc, k Key) (*entryFile, error) {
 	}
 	h, err := decodeHeader(hb[:])
 	if err != nil {
+		if _, ok := decodeTombstone(hb[:]); ok {
+			return nil, errRemoved
+		}
 		return nil, err
 	}
 	if h.key != k || h.meta.StoredSize != l.stored {
@@ -415,7 +487,8 @@ func openRecord(l loc, k Key) (*entryFile, error) {
 
 // getPack is Get's look in the packs: found reports whether k is located
 // in one, and then err is the read's outcome (a corrupt record is
-// forgotten here, and ErrNotFound).
+// forgotten here, and ErrNotFound). A removed record is forgotten and
+// not found: the caller looks on, for the key put again.
 func (c *Cache) getPack(k Key, dst []byte) (m Meta, out []byte, id fileID, found bool, err error) {
 	l, release, ok := c.locate(k)
 	if !ok {
@@ -425,6 +498,10 @@ func (c *Cache) getPack(k Key, dst []byte) (m Meta, out []byte, id fileID, found
 	e, err := openRecord(l, k)
 	if err == nil {
 		out, err = e.readPayload(dst)
+	}
+	if errors.Is(err, errRemoved) {
+		c.forgetRecord(k, l)
+		return Meta{}, nil, fileID{}, false, nil // look elsewhere: it may be put again
 	}
 	if err != nil {
 		return Meta{}, nil, fileID{}, true, c.recordFailed(k, l, err)

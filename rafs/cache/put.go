@@ -212,10 +212,13 @@ func (c *Cache) write(k Key, m Meta, path string, stored []byte) (fileID, error)
 }
 
 // Remove deletes k's entry, for example after the caller found its bytes
-// fail verification under k. Removing an absent entry is not an error; an
-// entry of the same digest under the other algorithm stays. A reader
-// that has the file open keeps reading it. Remove is safe for concurrent
-// use.
+// fail verification under k: an entry file is unlinked (a reader that
+// has it open keeps reading it); a pack record, where this process may
+// write its pack, is marked removed in place and its payload's space
+// given back, so that every process misses it from its next read (else
+// only this one forgets it). Removing an absent entry is not an error; an
+// entry of the same digest under the other algorithm stays. Remove is
+// safe for concurrent use.
 func (c *Cache) Remove(k Key) error {
 	if c.closed.Load() {
 		return ErrClosed
@@ -223,6 +226,7 @@ func (c *Cache) Remove(k Key) error {
 	if !k.valid() {
 		return nil
 	}
+	c.removeRecord(k)
 	err := os.Remove(c.paths.entry(k))
 	c.forget(k)
 	if err != nil && !isNotExist(err) {
