@@ -21,8 +21,8 @@
 // Files: image.go (the image and what each workload needs), need.go
 // (chunk bytes of a file list), cluster.go (namespaces and daemons),
 // run.go (one run), reader.go (the reader process: this program with
-// -reader-list), cpu.go (/proc/PID/stat), counters.go (interface
-// counters), stats.go (floor, quantiles), report.go.
+// -reader-list), stats.go (floor, quantiles), report.go; CPU-seconds from
+// /proc and interface counters come from integration/harness.
 package main
 
 import (
