@@ -49,17 +49,7 @@ func TestKernelImageLifecycle(t *testing.T) {
 	kernelImageCheckEvery = 20 * time.Millisecond
 	t.Cleanup(func() { kernelImageCheckEvery = old })
 
-	layout, _ := corpusLayout(t)
-	ref := "oci:" + layout + ":meta-rafs"
-	img, err := image.Open(t.Context(), ref, image.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer img.Close()
-	want := filepath.Join(t.TempDir(), "unpacked")
-	if err := rafs.Unpack(t.Context(), img.Bootstrap(), img.ChunkSource(), want, rafs.UnpackOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ref, want := unpackedCorpusImage(t, "meta-rafs")
 	sameTree := func(mp, what string) {
 		t.Helper()
 		if diff := rafstest.CompareTrees(want, mp); len(diff) > 0 {
@@ -140,17 +130,7 @@ func TestLazyKernelMount(t *testing.T) {
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
 		rafstest.SkipOrFail(t, "/dev/loop-control is required: "+err.Error())
 	}
-	layout, _ := corpusLayout(t)
-	ref := "oci:" + layout + ":hardlinks-rafs"
-	img, err := image.Open(t.Context(), ref, image.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer img.Close()
-	want := filepath.Join(t.TempDir(), "unpacked")
-	if err := rafs.Unpack(t.Context(), img.Bootstrap(), img.ChunkSource(), want, rafs.UnpackOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ref, want := unpackedCorpusImage(t, "hardlinks-rafs")
 	cfg := testConfig(t)
 	cfg.Prefetch.Enable = false
 	cfg.KernelImage.Enable = true
@@ -211,4 +191,23 @@ func TestLazyKernelMount(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// unpackedCorpusImage returns the reference of the corpus image tag and
+// a directory holding its tree as rafs.Unpack writes it, for comparing
+// mounts against.
+func unpackedCorpusImage(t *testing.T, tag string) (ref, dir string) {
+	t.Helper()
+	layout, _ := corpusLayout(t)
+	ref = "oci:" + layout + ":" + tag
+	img, err := image.Open(t.Context(), ref, image.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	dir = filepath.Join(t.TempDir(), "unpacked")
+	if err := rafs.Unpack(t.Context(), img.Bootstrap(), img.ChunkSource(), dir, rafs.UnpackOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ref, dir
 }

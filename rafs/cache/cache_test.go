@@ -33,7 +33,11 @@ func TestRoundTrip(t *testing.T) {
 				t.Parallel()
 				cc := Default("")
 				cc.DirectIO, cc.entryFiles = mode == "direct", mode == "entry files"
-				roundTrip(t, openTestIO(t, cc), tt.chunk, tt.dst, mode == "direct")
+				var dst []byte // each subtest its own: they run in parallel
+				if tt.dst != nil {
+					dst = make([]byte, len(tt.dst), cap(tt.dst))
+				}
+				roundTrip(t, openTestIO(t, cc), tt.chunk, dst, mode == "direct")
 			})
 		}
 	}

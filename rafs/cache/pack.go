@@ -572,7 +572,7 @@ func (c *Cache) refreshOnMiss() bool {
 		return false
 	}
 	defer ps.refreshMu.Unlock()
-	return c.refreshLocked(false)
+	return c.refreshLocked(false, false)
 }
 
 // lookIfStale looks at the packs, for a hit, when nothing did for
@@ -588,7 +588,7 @@ func (c *Cache) lookIfStale() {
 func (c *Cache) refreshPacks() {
 	c.packs.refreshMu.Lock()
 	defer c.packs.refreshMu.Unlock()
-	c.refreshLocked(true)
+	c.refreshLocked(true, true)
 }
 
 // refreshLocked learns the records other processes appended to their
@@ -600,7 +600,13 @@ func (c *Cache) refreshPacks() {
 // It reports whether it found a record, or an entry-file writer, new to
 // this Cache. Under refreshMu; it takes c.mu only to read and apply, not
 // while it reads files.
-func (c *Cache) refreshLocked(relist bool) bool {
+//
+// With hookNow the eviction hook runs before it returns (a rescan's
+// caller expects that); otherwise on a goroutine of its own, because
+// lookups run it, and a hook may itself look up keys while holding its
+// own locks (the peer's does: a hook run from inside its Has would wait
+// for the lock its caller holds).
+func (c *Cache) refreshLocked(relist, hookNow bool) bool {
 	ps := c.packs
 	ps.lastLook.Store(time.Now().UnixNano())
 	learnt := false
@@ -706,9 +712,11 @@ func (c *Cache) refreshLocked(relist bool) bool {
 		c.log.Warn("cache: set file permissions", "dir", c.cfg.Dir, "packs", fixed,
 			"mode", c.perm.file.String(), "gid", c.perm.gid)
 	}
-	if len(dropped) > 0 {
-		if f := c.onEvict.Load(); f != nil {
+	if f := c.onEvict.Load(); f != nil && len(dropped) > 0 {
+		if hookNow {
 			(*f)(dropped)
+		} else {
+			go (*f)(dropped)
 		}
 	}
 	return learnt

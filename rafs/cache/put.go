@@ -121,11 +121,17 @@ func (c *Cache) writePack(k Key, m Meta, stored []byte) (fileID, error) {
 	if err == nil {
 		return id, nil
 	}
+	return fileID{}, c.putFailed(k, err)
+}
+
+// putFailed counts a failed write of k and makes it Put's error, wrapping
+// ErrNoSpace when the disk or the quota is full.
+func (c *Cache) putFailed(k Key, err error) error {
 	c.n.errors.Add(1)
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return fileID{}, fmt.Errorf("cache: put %s: %w: %w", k, ErrNoSpace, err)
+		return fmt.Errorf("cache: put %s: %w: %w", k, ErrNoSpace, err)
 	}
-	return fileID{}, fmt.Errorf("cache: put %s: %w", k, err)
+	return fmt.Errorf("cache: put %s: %w", k, err)
 }
 
 // overLocked reports whether a rescan is due: the index is above the high
@@ -204,11 +210,7 @@ func (c *Cache) write(k Key, m Meta, path string, stored []byte) (fileID, error)
 	if err == nil {
 		return id, nil
 	}
-	c.n.errors.Add(1)
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return fileID{}, fmt.Errorf("cache: put %s: %w: %w", k, ErrNoSpace, err)
-	}
-	return fileID{}, fmt.Errorf("cache: put %s: %w", k, err)
+	return fileID{}, c.putFailed(k, err)
 }
 
 // Remove deletes k's entry, for example after the caller found its bytes
