@@ -652,6 +652,14 @@ func (c *Cache) refreshLocked(relist, hookNow bool) bool {
 		}
 		c.mu.Lock()
 		for name, p := range ps.files {
+			if p.own && !listed[name] && p.f != nil {
+				// Maybe created since the listing: its own link count
+				// says whether it is gone.
+				var st unix.Stat_t
+				if unix.Fstat(int(p.f.Fd()), &st) == nil && st.Nlink > 0 {
+					continue
+				}
+			}
 			if !listed[name] {
 				dropped = append(dropped, c.dropPackLocked(p)...)
 				continue
