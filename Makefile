@@ -4,7 +4,7 @@
 # skips turned into failures.
 #
 # `make bench` runs every benchmark harness (convert, mount, distribution,
-# deployed, pulls, snapshotter; about 110 minutes, as root for the mount,
+# deployed, pulls, snapshotter; about 130 minutes, as root for the mount,
 # deployed, pulls and snapshotter harnesses), each writing its rows to
 # integration/bench/out/{convert,mount,distribution,deployed,pulls,snapshotter}.{json,md},
 # then regenerates integration/bench/RESULTS.md from them. The harnesses
@@ -113,13 +113,15 @@ bench-results:
 bench: bench-convert bench-mount bench-distribution bench-deployed bench-pulls bench-snapshotter
 	$(MAKE) bench-results
 
-# The distribution benchmark deployed as users deploy (issue 24; about 45
+# The distribution benchmark deployed as users deploy (issue 24; about 65
 # minutes, as root): docker-registry, damselfly scheduler, and per node
 # damselfly peer and damselfly mount as separate processes, each node in
 # its own network namespace with its link capped by tc at 200 Mbit/s; 1, 4
 # and 8 nodes read the Debian Python/NumPy/SciPy image (every file, and
 # the Python import) through their FUSE mounts, P2P and registry-only in
-# the same run. Writes integration/bench/out/deployed.{json,md}.
+# the same run, beside a plain pull of the same image on every node
+# (skopeo copy + umoci unpack, then the same readers on the tree: the CPU
+# baseline of issue 24). Writes integration/bench/out/deployed.{json,md}.
 # Flags, e.g. BENCH_DEPLOYED_FLAGS="-image sample -nodes 1,4 -runs 1":
 # go run ./integration/bench/deployed -h
 .PHONY: bench-deployed

@@ -178,3 +178,39 @@ func (hw *hashWriter) Write(b []byte) (int, error) {
 	hw.n += int64(n)
 	return n, err
 }
+
+// LayoutImage is the image tagged tag in the OCI layout p.
+func LayoutImage(p layout.Path, tag string) (v1.Image, error) {
+	idx, err := p.ImageIndex()
+	if err != nil {
+		return nil, err
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range im.Manifests {
+		if d.Annotations[rafstest.RefNameAnnotation] == tag {
+			return idx.Image(d.Digest)
+		}
+	}
+	return nil, fmt.Errorf("no image tagged %s in %s", tag, p)
+}
+
+// ImageBytes is what a pull of img moves: its manifest, config and
+// layers as stored.
+func ImageBytes(img v1.Image) (int64, error) {
+	m, err := img.Manifest()
+	if err != nil {
+		return 0, err
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		return 0, err
+	}
+	n := int64(len(raw)) + m.Config.Size
+	for _, l := range m.Layers {
+		n += l.Size
+	}
+	return n, nil
+}

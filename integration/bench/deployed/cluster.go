@@ -22,6 +22,11 @@ const (
 	// (-p2p=false): the same peer daemons with no scheduler, so each
 	// node's misses go from its node cache straight to the origin.
 	modeOrigin = "origin"
+	// modePull is what a node without damselfly does: skopeo copies the
+	// image's plain (gzip) layers from the origin into an OCI layout and
+	// umoci unpacks it, then the same readers read the unpacked tree.
+	// No peers, no scheduler.
+	modePull = "pull"
 )
 
 // Bounds on each step of a run.
@@ -122,6 +127,13 @@ func (b *rig) deploy(ctx context.Context, nt *net, mode, dir, regDir string, bi 
 	errs := make([]error, len(nt.nodes))
 	for i, h := range nt.nodes {
 		d.nodes[i] = &node{h: h, dir: filepath.Join(dir, h.Name())}
+		if mode == modePull {
+			// skopeo writes DIR/pull, umoci DIR/bundle; readers read
+			// the unpacked tree.
+			d.nodes[i].mnt = filepath.Join(d.nodes[i].dir, "bundle", "rootfs")
+			errs[i] = os.MkdirAll(d.nodes[i].dir, 0o755)
+			continue
+		}
 		wg.Go(func() { errs[i] = d.startNode(ctx, d.nodes[i], key, bi) })
 	}
 	wg.Wait()

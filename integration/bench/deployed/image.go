@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 
 	"damselfly/integration/bench"
 	"damselfly/integration/harness"
@@ -43,6 +47,9 @@ type benchImage struct {
 	// The bootstrap layer (Convert.BootstrapLayer) comes before, while
 	// the mount starts.
 	Need map[string]int64 `json:"need_bytes"`
+	// PlainBytes is the plain image (gzip layers, config, manifest) that
+	// the pull mode copies, tag plain in Repo; zero without that mode.
+	PlainBytes int64 `json:"plain_bytes,omitempty"`
 
 	all []string // every regular file, in lexical walk order
 }
@@ -97,6 +104,12 @@ func (b *rig) prepareImage(ctx context.Context, regDir string) (*benchImage, err
 	}
 	b.logf("%s: converted in %.1fs: %d files, %s of blobs, %s bootstrap layer", bi.Name, time.Since(start).Seconds(),
 		bi.Convert.Stats.Files, mib(bi.Convert.NewBlobBytes), mib(bi.Convert.BootstrapLayer))
+	if slices.Contains(b.o.modes, modePull) {
+		if bi.PlainBytes, err = pushPlain(ctx, layout, tag, "docker://"+reg.Host()+"/"+bi.Repo+":"+plainTag); err != nil {
+			return nil, err
+		}
+		b.logf("%s: plain image pushed, %s", bi.Name, mib(bi.PlainBytes))
+	}
 
 	img, err := image.Open(ctx, "docker://"+reg.Host()+"/"+bi.Repo+":rafs", image.Options{})
 	if err != nil {
@@ -148,6 +161,34 @@ func (b *rig) prepareImage(ctx context.Context, regDir string) (*benchImage, err
 	b.logf("%s: %d files (%s); startup subset %d files (%s); chunks to read every file %s, the startup subset's %s",
 		bi.Name, bi.Files, mib(bi.FileBytes), len(bi.Startup), mib(bi.StartupBytes), mib(bi.Need[workloadAll]), mib(bi.Need[workloadStartup]))
 	return bi, nil
+}
+
+// plainTag is the tag of the plain image in the origin.
+const plainTag = "plain"
+
+// pushPlain copies the image tagged tag in the OCI layout at dir to dst
+// with skopeo, as it is (gzip layers), and returns its size.
+func pushPlain(ctx context.Context, dir, tag, dst string) (int64, error) {
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		return 0, err
+	}
+	img, err := bench.LayoutImage(p, tag)
+	if err != nil {
+		return 0, err
+	}
+	size, err := bench.ImageBytes(img)
+	if err != nil {
+		return 0, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, "skopeo", "copy", "--quiet", "--insecure-policy", "--dest-tls-verify=false",
+		"oci:"+dir+":"+tag, dst).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("skopeo copy to %s: %w: %s", dst, err, out)
+	}
+	return size, nil
 }
 
 // pythonStartup mounts the image from the loopback registry in the

@@ -8,15 +8,18 @@
 // reading every file or a startup subset, and it records per node the
 // completion time against the link floor, what the origin sent, and
 // CPU-seconds by process (mount daemon, peer, reader; scheduler and
-// registry) from /proc. P2P (peers with a scheduler) and registry-only
-// (the same peers without one, the in-process harness's baseline) run
-// side by side in each round.
+// registry) from /proc. P2P (peers with a scheduler), registry-only
+// (the same peers without one, the in-process harness's baseline) and a
+// plain pull (skopeo copy of the image's gzip layers from the origin,
+// umoci unpack, the same readers on the unpacked tree: what a node
+// without damselfly pays) run side by side in each round.
 //
 // It runs beside the in-process harness (integration/bench/distribution),
 // which stays for schedule studies. It writes OUT/deployed.json and
 // OUT/deployed.md, which `make bench-results` quotes in RESULTS.md. It
-// needs root, /dev/fuse, fuse3, docker-registry, iproute2 and nsenter
-// (and for -image debian, apt-get and strace).
+// needs root, /dev/fuse, fuse3, docker-registry, iproute2 and nsenter,
+// skopeo and umoci for the pull mode (and for -image debian, apt-get and
+// strace).
 //
 // Files: image.go (the image and what each workload needs), need.go
 // (chunk bytes of a file list), cluster.go (namespaces and daemons),
@@ -35,6 +38,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -72,7 +76,7 @@ func main() {
 	flag.StringVar(&o.profile, "image", profileDebian, "image: debian (Python, NumPy, SciPy from the Debian archive, 742 MiB) or sample (synthetic, -sample-mb)")
 	flag.Int64Var(&sampleMB, "sample-mb", 64, "content of the sample image, MiB")
 	flag.IntVar(&o.runs, "runs", 3, "runs of each (nodes, mode, workload); rows show medians")
-	flag.StringVar(&mode, "mode", "both", "p2p, origin (the same peers without a scheduler) or both")
+	flag.StringVar(&mode, "mode", "p2p,origin,pull", "comma-separated: p2p, origin (the same peers without a scheduler), pull (skopeo copy + umoci unpack of the plain image, then the same readers on the tree); both is p2p,origin")
 	flag.StringVar(&workloads, "workloads", "all,startup", "what the readers read: all (every file), startup (the startup subset)")
 	flag.IntVar(&o.workers, "workers", 4, "parallel reads of the reader of every file")
 	flag.DurationVar(&o.runTimeout, "run-timeout", 10*time.Minute, "bound on one run, start to stop")
@@ -99,13 +103,19 @@ func main() {
 		if o.rate, err = parseRate(rate); err != nil {
 			return err
 		}
-		switch mode {
-		case "both":
-			o.modes = []string{modeP2P, modeOrigin}
-		case modeP2P, modeOrigin:
-			o.modes = []string{mode}
-		default:
-			return fmt.Errorf("-mode %q: want p2p, origin or both", mode)
+		if mode == "both" {
+			mode = modeP2P + "," + modeOrigin
+		}
+		for _, m := range strings.Split(mode, ",") {
+			switch m = strings.TrimSpace(m); m {
+			case modeP2P, modeOrigin, modePull:
+				if !slices.Contains(o.modes, m) {
+					o.modes = append(o.modes, m)
+				}
+			case "":
+			default:
+				return fmt.Errorf("-mode: %q is not p2p, origin, pull or both", m)
+			}
 		}
 		for _, w := range strings.Split(workloads, ",") {
 			switch w = strings.TrimSpace(w); w {
@@ -116,8 +126,8 @@ func main() {
 				return fmt.Errorf("-workloads: %q is not all or startup", w)
 			}
 		}
-		if len(o.workloads) == 0 || o.runs < 1 || sampleMB < 1 {
-			return errors.New("want at least one workload, one run and a sample of 1 MiB or more")
+		if len(o.modes) == 0 || len(o.workloads) == 0 || o.runs < 1 || sampleMB < 1 {
+			return errors.New("want at least one mode, one workload, one run and a sample of 1 MiB or more")
 		}
 		o.sampleBytes = sampleMB << 20
 		ctx, cancel := context.WithTimeout(ctx, o.timeout)
@@ -147,7 +157,11 @@ func run(ctx context.Context, o options, args string) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("run as root: network namespaces and FUSE mounts need it")
 	}
-	for _, tool := range []string{"docker-registry", "fusermount3", "ip", "tc", "nsenter", "chroot"} {
+	tools := []string{"docker-registry", "fusermount3", "ip", "tc", "nsenter", "chroot"}
+	if slices.Contains(o.modes, modePull) {
+		tools = append(tools, "skopeo", "umoci")
+	}
+	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s is required (make deps; iproute2, util-linux): %w", tool, err)
 		}
@@ -262,6 +276,7 @@ func (b *rig) describe(ctx context.Context) map[string]string {
 	for k, argv := range map[string][]string{
 		"kernel": {"uname", "-r"}, "docker-registry": {"docker-registry", "--version"},
 		"commit": {"git", "-C", b.root, "describe", "--always", "--dirty"},
+		"skopeo": {"skopeo", "--version"}, "umoci": {"umoci", "--version"},
 	} {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		if out, err := exec.CommandContext(cctx, argv[0], argv[1:]...).Output(); err == nil {

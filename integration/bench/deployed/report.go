@@ -27,8 +27,9 @@ type row struct {
 	Workload string `json:"workload"`
 	Runs     int    `json:"runs"`
 	// NeedBytes is what each node must receive once its mount is up
-	// (benchImage.Need); Floor is that over the link rate, and Bound the
-	// mode's floor (boundSeconds).
+	// (benchImage.Need), in the pull mode the plain image (PlainBytes);
+	// Floor is that over the link rate, and Bound the mode's floor
+	// (boundSeconds).
 	NeedBytes int64   `json:"need_bytes"`
 	Floor     float64 `json:"floor_seconds"`
 	Bound     float64 `json:"bound_seconds"`
@@ -47,6 +48,8 @@ type row struct {
 	// nodes (and the busiest node's total), and the cluster-wide daemons.
 	Mount     float64 `json:"mount_cpu"`
 	Peer      float64 `json:"peer_cpu"`
+	Skopeo    float64 `json:"skopeo_cpu,omitempty"`
+	Umoci     float64 `json:"umoci_cpu,omitempty"`
 	Reader    float64 `json:"reader_cpu"`
 	NodeMax   float64 `json:"node_max_cpu"`
 	Scheduler float64 `json:"scheduler_cpu"`
@@ -79,29 +82,34 @@ func summarize(runs []*runResult, bi *benchImage, rate int64) []row {
 	var rows []row
 	for _, k := range order {
 		rs := groups[k]
-		need := bi.Need[k.workload]
+		need, image := bi.Need[k.workload], bi.Need[k.workload]+bi.Convert.BootstrapLayer
+		if k.mode == modePull {
+			need, image = bi.PlainBytes, bi.PlainBytes
+		}
 		w := row{Nodes: k.nodes, Mode: k.mode, Workload: k.workload, Runs: len(rs), NeedBytes: need,
 			Floor: floorSeconds(need, rate), Bound: boundSeconds(k.mode, k.nodes, need, rate),
-			ImageBytes: need + bi.Convert.BootstrapLayer}
-		var p50, p99, mx, ready, origin, mount, peer, reader, nodeMax, sched, reg, cores []float64
+			ImageBytes: image}
+		var p50, p99, mx, ready, origin, mount, peer, skopeo, umoci, reader, nodeMax, sched, reg, cores []float64
 		for _, r := range rs {
 			p50 = append(p50, quantile(r.Seconds, 0.5))
 			p99 = append(p99, quantile(r.Seconds, 0.99))
 			mx = append(mx, quantile(r.Seconds, 1))
 			ready = append(ready, r.Ready)
 			origin = append(origin, float64(r.OriginTx))
-			var m, p, rd, top float64
+			var m, p, sk, um, rd, top float64
 			for _, c := range r.CPU {
-				m, p, rd = m+c.Mount, p+c.Peer, rd+c.Reader
-				top = max(top, c.Mount+c.Peer+c.Reader)
+				m, p, sk, um, rd = m+c.Mount, p+c.Peer, sk+c.Skopeo, um+c.Umoci, rd+c.Reader
+				top = max(top, c.total())
 			}
 			n := float64(max(len(r.CPU), 1))
 			mount, peer, reader, nodeMax = append(mount, m/n), append(peer, p/n), append(reader, rd/n), append(nodeMax, top)
+			skopeo, umoci = append(skopeo, sk/n), append(umoci, um/n)
 			sched, reg = append(sched, r.Scheduler), append(reg, r.Registry)
 			cores = append(cores, runCores(r))
 		}
 		w.P50, w.P99, w.Max, w.Ready, w.OriginBytes = median(p50), median(p99), median(mx), median(ready), median(origin)
 		w.Mount, w.Peer, w.Reader, w.NodeMax = median(mount), median(peer), median(reader), median(nodeMax)
+		w.Skopeo, w.Umoci = median(skopeo), median(umoci)
 		w.Scheduler, w.Registry, w.Cores = median(sched), median(reg), median(cores)
 		byMax := slices.Clone(rs)
 		slices.SortFunc(byMax, func(a, b *runResult) int {
@@ -118,7 +126,7 @@ func summarize(runs []*runResult, bi *benchImage, rate int64) []row {
 func runCores(r *runResult) float64 {
 	total := r.Scheduler + r.Registry
 	for _, c := range r.CPU {
-		total += c.Mount + c.Peer + c.Reader
+		total += c.total()
 	}
 	wall := r.Ready + quantile(r.Seconds, 1)
 	if !(wall > 0) {
@@ -148,7 +156,9 @@ func (rep *report) markdown() string {
 		"every link capped by the kernel (tc tbf) at %s each way. All nodes' readers start at once, through the FUSE mounts, "+
 		"after every mount is up; every run starts from new daemons and empty caches. "+
 		"p2p: peers with a scheduler. origin: the same peers without one (the in-process harness's -p2p=false baseline), "+
-		"so each node's misses go to the origin.\n\n", rateName(rep.RateBps))
+		"so each node's misses go to the origin. pull: no damselfly; every node runs `skopeo copy` of the plain (gzip) image "+
+		"from the origin into an OCI layout and `umoci unpack`, then the same reader on the unpacked tree (what a node without "+
+		"lazy loading pays; need is then the plain image, %s).\n\n", rateName(rep.RateBps), mib(bi.PlainBytes))
 	fmt.Fprintf(&b, "Image: %s (`%s`): %d files, %s; RAFS blobs %s, bootstrap layer %s. Workloads: **all** reads every regular file "+
 		"(%s readers in one process per node); **startup** is %s (%d files, %s).\n\n",
 		bi.Name, harness.Esc(bi.Source), bi.Files, mib(bi.FileBytes), mib(bi.Convert.NewBlobBytes), mib(bi.Convert.BootstrapLayer),
@@ -161,21 +171,28 @@ func (rep *report) markdown() string {
 		"at the end of the reads (the reader's from wait4, children included), per node the mean over the nodes; cores is every process's " +
 		"CPU-seconds together over the run's wall time (deployment plus reads): near the machine's cores, the row measures the machine, " +
 		"not the links.\n\n")
-	b.WriteString("| nodes | mode | workload | runs | need/node | floor | bound | p50 | p99 | max | p99/bound | ready | origin sent (copies) | CPU/node mount | peer | reader | busiest node | scheduler | registry | cores |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| nodes | mode | workload | runs | need/node | floor | bound | p50 | p99 | max | p99/bound | ready | origin sent (copies) | CPU/node mount | peer | skopeo | umoci | reader | busiest node | scheduler | registry | cores |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, w := range rep.Rows {
-		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2fx | %.2f s | %s (%.2f) | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |\n",
+		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | %.2fx | %.2f s | %s (%.2f) | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |\n",
 			w.Nodes, w.Mode, w.Workload, w.Runs, mib(w.NeedBytes), w.Floor, w.Bound, w.P50, w.P99, w.Max, w.P99/w.Bound, w.Ready,
-			mib(int64(w.OriginBytes)), w.OriginBytes/float64(max(w.ImageBytes, 1)), w.Mount, w.Peer, w.Reader, w.NodeMax, w.Scheduler, w.Registry, w.Cores)
+			mib(int64(w.OriginBytes)), w.OriginBytes/float64(max(w.ImageBytes, 1)), w.Mount, w.Peer, w.Skopeo, w.Umoci, w.Reader,
+			w.NodeMax, w.Scheduler, w.Registry, w.Cores)
 	}
-	b.WriteString("\nPer node, the run with the median slowest node of each row (completion s; CPU-seconds mount / peer / reader; MiB received):\n\n")
+	b.WriteString("\nPer node, the run with the median slowest node of each row (completion s; CPU-seconds mount / peer / reader, " +
+		"in the pull mode skopeo / umoci / reader; MiB received):\n\n")
 	b.WriteString("| nodes | mode | workload | run | load before | per node |\n|---|---|---|---|---|---|\n")
 	for _, w := range rep.Rows {
 		r := w.MedianRun
 		var cells []string
 		for i := range r.Seconds {
+			c := r.CPU[i]
+			a, p := c.Mount, c.Peer
+			if r.Mode == modePull {
+				a, p = c.Skopeo, c.Umoci
+			}
 			cells = append(cells, fmt.Sprintf("node%d %.2f s, %.2f/%.2f/%.2f, %.0f", i+1, r.Seconds[i],
-				r.CPU[i].Mount, r.CPU[i].Peer, r.CPU[i].Reader, float64(r.NodeRx[i])/(1<<20)))
+				a, p, c.Reader, float64(r.NodeRx[i])/(1<<20)))
 		}
 		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s | %s |\n", w.Nodes, w.Mode, w.Workload, r.Run, r.Load, strings.Join(cells, "; "))
 	}

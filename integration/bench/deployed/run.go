@@ -44,12 +44,18 @@ type runResult struct {
 	Load      string    `json:"loadavg_before"`
 }
 
-// nodeCPU is one node's CPU-seconds by process.
+// nodeCPU is one node's CPU-seconds by process: the daemons', or in
+// the pull mode skopeo's and umoci's; the reader's in both.
 type nodeCPU struct {
 	Mount  float64 `json:"mount"`
 	Peer   float64 `json:"peer"`
+	Skopeo float64 `json:"skopeo,omitempty"`
+	Umoci  float64 `json:"umoci,omitempty"`
 	Reader float64 `json:"reader"`
 }
+
+// total is every process of the node.
+func (c nodeCPU) total() float64 { return c.Mount + c.Peer + c.Skopeo + c.Umoci + c.Reader }
 
 // runOnce deploys mode on nt, starts every node's reader of workload at
 // once, waits for them (bounded by -run-timeout), samples CPU and
@@ -90,30 +96,15 @@ func (b *rig) runOnce(ctx context.Context, nt *net, mode, workload string, run i
 	}()
 	r.Ready = time.Since(start).Seconds()
 
-	cmds := make([]*exec.Cmd, len(d.nodes))
-	outs := make([]*bytes.Buffer, len(d.nodes))
-	for i, n := range d.nodes {
-		cmds[i], outs[i] = b.readerCmd(ctx, n, workload), &bytes.Buffer{}
-		cmds[i].Stdout, cmds[i].Stderr = outs[i], outs[i]
-		cmds[i].WaitDelay = time.Second
-	}
 	r.Seconds = make([]float64, len(d.nodes))
 	r.CPU = make([]nodeCPU, len(d.nodes))
 	errs := make([]error, len(d.nodes))
 	var wg sync.WaitGroup
 	t0 := time.Now()
-	for i, cmd := range cmds {
+	for i, n := range d.nodes {
 		wg.Go(func() {
-			if errs[i] = cmd.Run(); errs[i] != nil {
-				errs[i] = fmt.Errorf("%s reader: %w: %s", d.nodes[i].h.Name(), errs[i], outs[i].Bytes())
-			}
+			errs[i] = b.nodeWork(ctx, d, n, workload, bi, &r.CPU[i])
 			r.Seconds[i] = time.Since(t0).Seconds()
-			if cmd.ProcessState != nil {
-				// wait4's usage of a child includes the children it reaped.
-				if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-					r.CPU[i].Reader = tv(ru.Utime) + tv(ru.Stime)
-				}
-			}
 		})
 	}
 	wg.Wait()
@@ -124,6 +115,9 @@ func (b *rig) runOnce(ctx context.Context, nt *net, mode, workload string, run i
 
 	// CPU and counters at the end of the reads, before anything stops.
 	for i, n := range d.nodes {
+		if mode == modePull {
+			continue
+		}
 		if r.CPU[i].Mount, err = cpuOf(n.mount); err != nil {
 			return nil, err
 		}
@@ -152,6 +146,40 @@ func (b *rig) runOnce(ctx context.Context, nt *net, mode, workload string, run i
 		r.NodeRx = append(r.NodeRx, c.Rx-nodeBase[i].Rx)
 	}
 	return r, nil
+}
+
+// nodeWork is node n's part of a run, started at the same moment as
+// every other node's: its reader, after (pull mode) skopeo's copy of
+// the plain image from the origin and umoci's unpacking of it, each
+// step's CPU-seconds (wait4: its children included) added to cpu.
+func (b *rig) nodeWork(ctx context.Context, d *deployment, n *node, workload string, bi *benchImage, cpu *nodeCPU) error {
+	type step struct {
+		cmd *exec.Cmd
+		cpu *float64
+	}
+	var steps []step
+	if d.mode == modePull {
+		layoutDir := filepath.Join(n.dir, "pull")
+		steps = append(steps,
+			step{n.h.Command(ctx, "skopeo", "copy", "--quiet", "--insecure-policy", "--src-tls-verify=false",
+				"docker://"+d.registry.Host()+"/"+bi.Repo+":"+plainTag, "oci:"+layoutDir+":"+plainTag), &cpu.Skopeo},
+			step{n.h.Command(ctx, "umoci", "unpack", "--image", layoutDir+":"+plainTag, filepath.Dir(n.mnt)), &cpu.Umoci})
+	}
+	steps = append(steps, step{b.readerCmd(ctx, n, workload), &cpu.Reader})
+	for _, s := range steps {
+		var out bytes.Buffer
+		s.cmd.Stdout, s.cmd.Stderr, s.cmd.WaitDelay = &out, &out, time.Second
+		err := s.cmd.Run()
+		if s.cmd.ProcessState != nil {
+			if ru, ok := s.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+				*s.cpu += tv(ru.Utime) + tv(ru.Stime)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w: %s", n.h.Name(), filepath.Base(s.cmd.Path), err, out.Bytes())
+		}
+	}
+	return nil
 }
 
 // readerCmd is the reader of workload on node n, in n's namespace: this

@@ -19,11 +19,11 @@ func floorSeconds(need int64, rate int64) float64 {
 
 // boundSeconds is the floor of the mode as a whole. With P2P it is the
 // node floor (the origin sends the image once, at the same rate, and
-// peers relay it). Registry-only, the origin's link carries the image
-// once per node: nodes x need over the rate, when that is more.
+// peers relay it). Registry-only and in the pull mode, the origin's link
+// carries the image once per node: nodes x need over the rate.
 func boundSeconds(mode string, nodes int, need, rate int64) float64 {
 	f := floorSeconds(need, rate)
-	if mode == modeOrigin {
+	if mode == modeOrigin || mode == modePull {
 		return f * float64(max(nodes, 1))
 	}
 	return f

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -23,6 +22,7 @@ import (
 
 	"damselfly/integration/bench"
 	"damselfly/integration/harness"
+	"damselfly/rafs/rafstest"
 )
 
 // Destinations of skopeo copy (-dest).
@@ -30,9 +30,6 @@ const (
 	destOCI = "oci" // an OCI layout (oci:DIR:TAG)
 	destDir = "dir" // skopeo's dir: format (dir:DIR)
 )
-
-// refName is the OCI layout annotation that names an image's tag.
-const refName = "org.opencontainers.image.ref.name"
 
 // pullImage is the plain (gzip, non-RAFS) OCI image every node pulls, as
 // pushed to the origin: the Debian image's layers and extra layers of
@@ -77,7 +74,7 @@ func (b *rig) prepareImage(ctx context.Context, regDir string) (*pullImage, erro
 	if err != nil {
 		return nil, err
 	}
-	img, err := imageByTag(p, pi.Tag)
+	img, err := bench.LayoutImage(p, pi.Tag)
 	if err != nil {
 		return nil, err
 	}
@@ -85,14 +82,11 @@ func (b *rig) prepareImage(ctx context.Context, regDir string) (*pullImage, erro
 	if err != nil {
 		return nil, err
 	}
-	raw, err := img.RawManifest()
-	if err != nil {
+	if pi.Bytes, err = bench.ImageBytes(img); err != nil {
 		return nil, err
 	}
-	pi.Bytes = int64(len(raw)) + m.Config.Size
 	for _, l := range m.Layers {
 		pi.Layers = append(pi.Layers, blobRef{Digest: l.Digest.String(), Size: l.Size})
-		pi.Bytes += l.Size
 	}
 
 	reg, err := harness.StartRegistry(ctx, harness.RegistryConfig{Dir: regDir, LogDir: b.logs, OwnGroup: true})
@@ -122,25 +116,8 @@ func hasTag(dir, tag string) bool {
 	if err != nil {
 		return false
 	}
-	_, err = imageByTag(p, tag)
+	_, err = bench.LayoutImage(p, tag)
 	return err == nil
-}
-
-func imageByTag(p layout.Path, tag string) (v1.Image, error) {
-	idx, err := p.ImageIndex()
-	if err != nil {
-		return nil, err
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range im.Manifests {
-		if d.Annotations[refName] == tag {
-			return idx.Image(d.Digest)
-		}
-	}
-	return nil, fmt.Errorf("no image tagged %s in %s", tag, p)
 }
 
 // writeImage writes the image tagged baseTag in the layout at baseDir,
@@ -151,7 +128,7 @@ func writeImage(baseDir, baseTag, dir, tag string, extra int, size int64) error 
 	if err != nil {
 		return err
 	}
-	img, err := imageByTag(bp, baseTag)
+	img, err := bench.LayoutImage(bp, baseTag)
 	if err != nil {
 		return err
 	}
@@ -172,7 +149,7 @@ func writeImage(baseDir, baseTag, dir, tag string, extra int, size int64) error 
 	if err != nil {
 		return err
 	}
-	return p.AppendImage(img, layout.WithAnnotations(map[string]string{refName: tag}))
+	return p.AppendImage(img, layout.WithAnnotations(map[string]string{rafstest.RefNameAnnotation: tag}))
 }
 
 // randomTar is a tar holding one file, random/N.bin, of size bytes from
