@@ -524,7 +524,7 @@ func (f *Fetcher) accept(blob rafs.Blob, k, as rafs.Chunk, stored, plain []byte,
 	switch {
 	case plain == nil:
 		dec = bufpool.Get(int(k.Size))
-		if err = rafs.DecodeChunk(as, stored, dec); err != nil {
+		if err = rafs.DecodeChunkSpare(as, stored, dec); err != nil {
 			bufpool.Put(dec)
 		}
 	case len(plain) != int(k.Size):

@@ -10,7 +10,10 @@ import (
 )
 
 // ReadChunk fills dst (len(dst) == int(ck.Size)) with ck's content from
-// the cache, decoded and verified against ck.Digest with rafs.DecodeChunk.
+// the cache, decoded and verified against ck.Digest with
+// rafs.DecodeChunkSpare: up to rafs.DecodeSpare bytes of dst's capacity
+// past its length may be overwritten (a bufpool buffer's slack; pass
+// dst[:n:n] when what follows is not the caller's).
 // The entry is looked up by KeyOf(ck), digest and algorithm: an entry of
 // the same digest under the other algorithm is a miss, never read nor
 // deleted. The entry's stored form need not be ck's: the same content may
@@ -150,7 +153,7 @@ func decodeStored(ck rafs.Chunk, m Meta, stored, dst []byte) error {
 	if m.Compressed {
 		as.Flags |= rafs.ChunkCompressed
 	}
-	if err := rafs.DecodeChunk(as, stored, dst); err != nil {
+	if err := rafs.DecodeChunkSpare(as, stored, dst); err != nil {
 		return fmt.Errorf("%w: %w", errCorrupt, err)
 	}
 	return nil

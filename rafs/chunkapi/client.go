@@ -234,7 +234,7 @@ func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, 
 				// A blake3-stored frame, checked above: decoded
 				// without hashing the content.
 				dec = bufpool.Get(int(c.Size))
-				if err := rafs.DecodeVerifiedStored(c, p, dec); err != nil {
+				if err := rafs.DecodeVerifiedStoredSpare(c, p, dec); err != nil {
 					bufpool.Put(dec)
 					return stored, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
 				}
@@ -259,7 +259,7 @@ func (cc *Client) batch(ctx context.Context, up registry.Ref, blob rafs.Digest, 
 				// keep: made once the stored bytes are all in, for
 				// c.Size, the caller's figure, not the proxy's.
 				dec = bufpool.Get(int(c.Size))
-				err = rafs.DecodeChunk(c, p, dec)
+				err = rafs.DecodeChunkSpare(c, p, dec)
 			}
 			if err != nil {
 				return stored, &ChunkError{Index: i, Err: fmt.Errorf("from proxy: %w", err)}
