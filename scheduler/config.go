@@ -58,15 +58,7 @@ type Config struct {
 	// asks, so the first copies of a blob's chunks reach the cluster
 	// through several downlinks and are relayed from several uplinks, not
 	// all from the first peer to ask. A peer alone with a blob is not
-	// bounded. 0 means no bound. The bound counts chunks, whatever their
-	// size, and a peer's origin request covers only the adjacent chunks
-	// it holds turns for: at 4, four nodes reading a Debian image of
-	// small files (56 KB stored per chunk) made the registry answer 811-890
-	// GETs of 207 KB (median) for its 233 MiB; at 16, 522-561, with the
-	// registry's CPU 0.75x, the slowest node 0.92x, the startup subset
-	// unchanged in origin bytes, and neither the 16-node run of 1 MiB
-	// chunks nor 8 nodes' plain pulls of 4 MiB pieces slower
-	// (integration/bench/RESULTS.md, "Sixteenth pass").
+	// bounded. 0 means no bound.
 	OriginTurnsPerPeer int `mapstructure:"origin_turns_per_peer"`
 	// WaitRetry is the longest "ask again after" given to a waiting peer.
 	WaitRetry time.Duration `mapstructure:"wait_retry"`
@@ -156,7 +148,7 @@ func Default() Config {
 		MaxHoldingBytes:        4 << 30,
 		OriginFetchers:         1,
 		OriginTimeout:          30 * time.Second,
-		OriginTurnsPerPeer:     16,
+		OriginTurnsPerPeer:     4,
 		WaitRetry:              time.Second,
 		MaxWaiters:             64,
 		LeaseTimeout:           30 * time.Second,
