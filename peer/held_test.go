@@ -52,9 +52,9 @@ func (r heldRouter) Announce(blob rafs.Digest, chunks []uint32) {
 	r.news.signal()
 }
 
-func (r heldRouter) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (route.Route, error) {
+func (r heldRouter) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, bytes uint64, maxWait time.Duration) (route.Route, error) {
 	news := r.news.next() // before routing: an announcement in between counts
-	rt, err := r.Route(ctx, blob, chunks)
+	rt, err := r.Route(ctx, blob, chunks, bytes)
 	if err != nil || len(rt.Parents) > 0 || len(rt.Origin) > 0 {
 		return rt, err
 	}
@@ -66,7 +66,7 @@ func (r heldRouter) RouteWait(ctx context.Context, blob rafs.Digest, chunks []ui
 	case <-ctx.Done():
 		return route.Route{}, ctx.Err()
 	}
-	return r.Route(ctx, blob, chunks)
+	return r.Route(ctx, blob, chunks, bytes)
 }
 
 // TestHeldRouteFetchesAtOnce: a node waiting for another's origin fetch

@@ -238,7 +238,7 @@ func newRouter(t testing.TB, st *scheduler.State, h *dhost.Host) *router {
 	return &router{st: st, id: h.ID(), announced: map[rafs.Digest][]uint32{}, dropped: map[rafs.Digest][]uint32{}}
 }
 
-func (r *router) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (route.Route, error) {
+func (r *router) Route(ctx context.Context, blob rafs.Digest, chunks []uint32, _ uint64) (route.Route, error) {
 	if r.down.Load() {
 		return route.Route{}, fmt.Errorf("test router down: %w", route.ErrNoRoute)
 	}

@@ -60,6 +60,15 @@ type Config struct {
 	// all from the first peer to ask. A peer alone with a blob is not
 	// bounded. 0 means no bound.
 	OriginTurnsPerPeer int `mapstructure:"origin_turns_per_peer"`
+	// OriginTurnBytesPerPeer lets a peer past OriginTurnsPerPeer take
+	// more turns while the turns it holds add up to less than this many
+	// stored bytes, as its route queries give them (a query without
+	// sizes is bounded by the count alone). A blob of small chunks (a
+	// tree of small files) is then fetched from origin in a few large
+	// ranged GETs instead of many of a few chunks each, while turns for
+	// chunks of a MiB or more stay bounded by the count. 0: the count
+	// alone.
+	OriginTurnBytesPerPeer int64 `mapstructure:"origin_turn_bytes_per_peer"`
 	// WaitRetry is the longest "ask again after" given to a waiting peer.
 	WaitRetry time.Duration `mapstructure:"wait_retry"`
 	// MaxWaiters bounds the peers remembered as waiting for one chunk (to
@@ -149,6 +158,7 @@ func Default() Config {
 		OriginFetchers:         1,
 		OriginTimeout:          30 * time.Second,
 		OriginTurnsPerPeer:     4,
+		OriginTurnBytesPerPeer: 4 << 20,
 		WaitRetry:              time.Second,
 		MaxWaiters:             64,
 		LeaseTimeout:           30 * time.Second,
@@ -195,6 +205,9 @@ func (c Config) Validate() error {
 	positiveDur("origin_timeout", c.OriginTimeout)
 	if c.OriginTurnsPerPeer < 0 {
 		errs = append(errs, fmt.Errorf("origin_turns_per_peer: %d is negative", c.OriginTurnsPerPeer))
+	}
+	if c.OriginTurnBytesPerPeer < 0 {
+		errs = append(errs, fmt.Errorf("origin_turn_bytes_per_peer: %d is negative", c.OriginTurnBytesPerPeer))
 	}
 	positiveDur("wait_retry", c.WaitRetry)
 	positiveInt("max_waiters", int64(c.MaxWaiters))

@@ -67,6 +67,11 @@
 //     again, and are returned by Announce to be woken when it arrives. A
 //     fetcher that neither announces nor gives up within
 //     Config.OriginTimeout loses its turn to the next peer that asks.
+//     While others want the same blob, a peer holds at most
+//     Config.OriginTurnsPerPeer turns, or more while they add up to less
+//     than Config.OriginTurnBytesPerPeer of the stored bytes its queries
+//     give, so first copies enter through several nodes and small
+//     chunks still come from origin in large ranged GETs.
 //   - Feedback and bans (feedback.go, refute.go): reports must name an
 //     assignment the scheduler made and are taken once each; they move a
 //     parent's moving averages. Chunks a parent answered "not found" for

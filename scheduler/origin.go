@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -28,6 +29,37 @@ type originFetch struct {
 type fetchTurn struct {
 	p        *peer
 	deadline time.Time
+	bytes    uint32 // the chunk's size as the query gave it (turnSize), 0 if not
+}
+
+// minTurnBytes is the least a sized turn counts for against
+// Config.OriginTurnBytesPerPeer, so that a query claiming tiny chunks
+// does not lift the count bound by much: 1024 turns at most in 4 MiB.
+const minTurnBytes = 4 << 10
+
+// turnSize is what one turn for a chunk of a query for n chunks of
+// bytes stored bytes in all counts for: their mean, from minTurnBytes;
+// 0 when the query gave no size.
+func turnSize(bytes uint64, n int) uint32 {
+	if bytes == 0 || n == 0 {
+		return 0
+	}
+	return uint32(min(max(bytes/uint64(n), minTurnBytes), math.MaxUint32))
+}
+
+// take gives t's turn to its peer; drop takes it back.
+func (t fetchTurn) take() { t.p.fetching++; t.p.fetchBytes += int64(t.bytes) }
+func (t fetchTurn) drop() { t.p.fetching--; t.p.fetchBytes -= int64(t.bytes) }
+
+// atTurnBound reports whether r holds as many origin turns as it may
+// while other peers want the same blob, asking for a turn of size
+// (turnSize): Config.OriginTurnsPerPeer, or more while they add up to
+// less than Config.OriginTurnBytesPerPeer and the query gave sizes.
+func (s *State) atTurnBound(r *peer, size uint32) bool {
+	if r.fetching < s.cfg.OriginTurnsPerPeer {
+		return false
+	}
+	return size == 0 || r.fetchBytes >= s.cfg.OriginTurnBytesPerPeer
 }
 
 // prune ends f's turns that ran out or whose peer left or was banned.
@@ -37,7 +69,7 @@ func (s *State) prune(f *originFetch, now time.Time) {
 			if !t.p.gone && !now.Before(t.deadline) {
 				s.turnsRanOut.Add(1)
 			}
-			t.p.fetching--
+			t.drop()
 			return true
 		}
 		return false
@@ -56,14 +88,14 @@ const (
 
 // originTurn decides who fetches unheld chunk c of b for requester r:
 // r itself (true), or the peers holding turns, whom r waits for (false).
-// With capped, r takes no new turn while it holds
-// Config.OriginTurnsPerPeer; it then waits for whoever takes the turn,
+// With capped, r takes no new turn while it is at its bound
+// (atTurnBound, for turns of size); it then waits for whoever takes the turn,
 // but only for originDefer: a turn nobody took meanwhile is r's when it
 // asks again. Peers reading the same chunks in the same order ask within
 // that time and share the first copies; a peer whose chunks nobody else
 // wants (random reads of a shared blob) loses one originDefer on them,
 // not a round of its own turns per Config.OriginTurnsPerPeer chunks.
-func (s *State) originTurn(b *blobState, r *peer, c uint32, now time.Time, capped bool) (*originFetch, bool) {
+func (s *State) originTurn(b *blobState, r *peer, c uint32, now time.Time, capped bool, size uint32) (*originFetch, bool) {
 	if b.origin == nil {
 		b.origin = map[uint32]*originFetch{}
 	}
@@ -78,13 +110,14 @@ func (s *State) originTurn(b *blobState, r *peer, c uint32, now time.Time, cappe
 			return f, true
 		}
 	}
-	refuse := capped && len(f.turns) == 0 && r.fetching >= s.cfg.OriginTurnsPerPeer
+	refuse := capped && len(f.turns) == 0 && s.atTurnBound(r, size)
 	if refuse && f.deferred == r && now.Sub(f.deferredAt) >= originDefer {
 		refuse = false // nobody else wanted it meanwhile
 	}
 	if len(f.turns) < s.cfg.OriginFetchers && !refuse {
-		f.turns = append(f.turns, fetchTurn{p: r, deadline: now.Add(s.cfg.OriginTimeout)})
-		r.fetching++
+		t := fetchTurn{p: r, deadline: now.Add(s.cfg.OriginTimeout), bytes: size}
+		t.take()
+		f.turns = append(f.turns, t)
 		f.deferred = nil
 		if i := slices.Index(f.waiters, r.id); i >= 0 {
 			f.waiters = slices.Delete(f.waiters, i, i+1)
@@ -122,7 +155,7 @@ func (s *State) resolveOrigin(b *blobState, announcer *peer, chunks []uint32, fu
 	var woken []string
 	end := func(c uint32, f *originFetch) {
 		for _, t := range f.turns {
-			t.p.fetching--
+			t.drop()
 		}
 		woken = append(woken, f.waiters...)
 		delete(b.origin, c)
@@ -192,8 +225,8 @@ func (s *State) endTurns(p *peer, b *blobState, chunks []uint32) []string {
 		if i < 0 {
 			continue
 		}
+		f.turns[i].drop()
 		f.turns = slices.Delete(f.turns, i, i+1)
-		p.fetching--
 		woken = append(woken, f.waiters...)
 		f.waiters = f.waiters[:0]
 		if len(f.turns) == 0 {
@@ -217,7 +250,7 @@ func (s *State) dropFetches(p *peer) {
 		}
 		s.forgetIfEmpty(b)
 	}
-	p.fetching = 0
+	p.fetching, p.fetchBytes = 0, 0
 }
 
 // sweepOrigin ends turns that ran out and forgets fetches nobody holds a

@@ -285,6 +285,47 @@ func TestOriginTurnsSpread(t *testing.T) {
 		}
 	})
 
+	// With sizes in the queries, a peer past the count takes turns while
+	// they add up to less than OriginTurnBytesPerPeer: many for small
+	// chunks, the count for large ones, never more than the bytes allow
+	// for a query that claims tiny chunks.
+	t.Run("sized", func(t *testing.T) {
+		s := newState(t, func(c *Config) { c.OriginTurnsPerPeer = 4; c.OriginTurnBytesPerPeer = 1 << 20 })
+		requesters(t, s, 3)
+		b := digest("b")
+		sized := func(id string, chunks []uint32, bytes uint64, now time.Time) Answer {
+			t.Helper()
+			a, err := s.ParentsSized(id, b, chunks, bytes, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a
+		}
+		mustParents(t, s, "r1", b, []uint32{0}, t0)
+		a := sized("r0", span(1, 40), 40<<16, at(time.Millisecond)) // 64 KiB each
+		if !slices.Equal(a.Origin, span(1, 16)) {
+			t.Fatalf("r0 took %v, want 1..16 (1 MiB of 64 KiB chunks): %s", a.Origin, describe(a))
+		}
+		deferred(t, a, span(17, 40))
+		a = sized("r2", span(100, 109), 10<<20, at(2*time.Millisecond)) // 1 MiB each
+		if !slices.Equal(a.Origin, span(100, 103)) {
+			t.Fatalf("r2 took %v, want 100..103 (the count): %s", a.Origin, describe(a))
+		}
+		mustAnnounce(t, s, "r0", b, span(1, 16), at(3*time.Millisecond))
+		if p := s.peers["r0"]; p.fetching != 0 || p.fetchBytes != 0 {
+			t.Fatalf("r0 after its turns: %d turns, %d bytes", p.fetching, p.fetchBytes)
+		}
+		a = sized("r0", span(200, 999), 800, at(4*time.Millisecond)) // 1 byte each, counted as minTurnBytes
+		if want := span(200, 200+(1<<20)/minTurnBytes-1); !slices.Equal(a.Origin, want) {
+			t.Fatalf("r0 took %d turns for tiny chunks, want %d", len(a.Origin), len(want))
+		}
+		// Without sizes the count alone bounds r1.
+		a = mustParents(t, s, "r1", b, span(2000, 2009), at(5*time.Millisecond))
+		if !slices.Equal(a.Origin, span(2000, 2002)) {
+			t.Fatalf("r1 took %v unsized, want 2000..2002: %s", a.Origin, describe(a))
+		}
+	})
+
 	t.Run("unbounded", func(t *testing.T) {
 		s := newState(t, func(c *Config) { c.OriginTurnsPerPeer = 0 })
 		requesters(t, s, 2)

@@ -66,6 +66,13 @@ type Wait struct {
 // ErrInvalid. The slices of the Answer belong to the caller, except
 // Parent.Addrs.
 func (s *State) Parents(requester string, blob rafs.Digest, chunks []uint32, now time.Time) (Answer, error) {
+	return s.ParentsSized(requester, blob, chunks, 0, now)
+}
+
+// ParentsSized is Parents for chunks whose stored sizes add up to bytes
+// (0: not known), which bounds the origin turns it gives in bytes as
+// well as in chunks (Config.OriginTurnBytesPerPeer).
+func (s *State) ParentsSized(requester string, blob rafs.Digest, chunks []uint32, bytes uint64, now time.Time) (Answer, error) {
 	if len(chunks) == 0 || len(chunks) > s.cfg.MaxChunksPerQuery {
 		return Answer{}, fmt.Errorf("parents for %s: %d chunks, want 1 to %d: %w", blob, len(chunks), s.cfg.MaxChunksPerQuery, ErrInvalid)
 	}
@@ -77,6 +84,7 @@ func (s *State) Parents(requester string, blob rafs.Digest, chunks []uint32, now
 	}
 	want = slices.Compact(want)
 	sc.want = want
+	sc.turnSize = turnSize(bytes, len(chunks))
 	if last := want[len(want)-1]; last >= s.cfg.MaxChunksPerBlob {
 		return Answer{}, fmt.Errorf("parents for %s: chunk %d not below %d: %w", blob, last, s.cfg.MaxChunksPerBlob, ErrInvalid)
 	}
@@ -161,7 +169,7 @@ func (s *State) record(ans *Answer, sc *scratch, r *peer, blob rafs.Digest, b *b
 		if b == nil {
 			b = s.blob(blob, true)
 		}
-		s.coordinate(ans, b, r, unheld, now)
+		s.coordinate(ans, b, r, unheld, sc.turnSize, now)
 		s.forgetIfEmpty(b)
 	}
 	if len(later) > 0 {
@@ -180,7 +188,7 @@ func (s *State) record(ans *Answer, sc *scratch, r *peer, blob rafs.Digest, b *b
 // banned requester fetches from origin without taking a turn: it may
 // read, but others must not wait for chunks it would not be heard
 // announcing.
-func (s *State) coordinate(ans *Answer, b *blobState, r *peer, chunks []uint32, now time.Time) {
+func (s *State) coordinate(ans *Answer, b *blobState, r *peer, chunks []uint32, size uint32, now time.Time) {
 	if s.banned(r, now) {
 		ans.Origin = append(ans.Origin, chunks...)
 		return
@@ -206,7 +214,7 @@ next:
 			ans.Origin = append(ans.Origin, c)
 			continue
 		}
-		f, mine := s.originTurn(b, r, c, now, capped)
+		f, mine := s.originTurn(b, r, c, now, capped, size)
 		if mine {
 			ans.Origin = append(ans.Origin, c)
 			continue

@@ -9,11 +9,13 @@ import (
 // scratch is one query's working space, pooled so that queries running in
 // parallel under the read lock do not allocate it each time.
 type scratch struct {
-	want   []uint32
-	rem    []uint64
-	cands  []cand
-	masks  []uint64 // coverage of cands[i] is masks[i*W:(i+1)*W], W = len(rem)
-	chosen []*peer  // the peers of Answer.Parents, in order
+	want []uint32
+	rem  []uint64
+	// turnSize is what an origin turn of this query counts for (turnSize).
+	turnSize uint32
+	cands    []cand
+	masks    []uint64 // coverage of cands[i] is masks[i*W:(i+1)*W], W = len(rem)
+	chosen   []*peer  // the peers of Answer.Parents, in order
 	// fullHeld is what full candidates hold, in request space (tree.go).
 	fullHeld []uint64
 	// For treeWait: the chunks left that only full candidates hold, and

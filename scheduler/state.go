@@ -94,6 +94,7 @@ type peer struct {
 	holdings     map[*blobState]int32 // blob -> index in blob.holders
 	holdingBytes int64
 	fetching     int                         // origin fetch turns held
+	fetchBytes   int64                       // their sizes, where queries gave them (origin.go)
 	leases       []lease                     // as requester, oldest first
 	waits        map[rafs.Digest][]chunkWait // as requester: first tree waits (waits.go)
 	nwaits       int                         // in waits

@@ -207,7 +207,7 @@ type NoRouter struct{}
 
 var _ Router = NoRouter{}
 
-func (NoRouter) Route(context.Context, rafs.Digest, []uint32) (route.Route, error) {
+func (NoRouter) Route(context.Context, rafs.Digest, []uint32, uint64) (route.Route, error) {
 	return route.Route{}, fmt.Errorf("no scheduler configured: %w", route.ErrNoRoute)
 }
 func (NoRouter) Announce(rafs.Digest, []uint32) {}

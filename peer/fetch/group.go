@@ -104,6 +104,20 @@ func (g *group) pendingOf(ords []uint32) []uint32 {
 	return slices.Compact(out)
 }
 
+// stored is the stored size of the pending chunks among ords, as route
+// queries give it.
+func (g *group) stored(ords []uint32) uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var n uint64
+	for _, o := range ords {
+		if w, ok := g.pending[o]; ok {
+			n += uint64(w.c.CompressedSize)
+		}
+	}
+	return n
+}
+
 func (g *group) ordinals() []uint32 {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -175,7 +175,7 @@ func (e *Engine) hedgeFetch(ctx context.Context, g *group, slow lpeer.ID, cs []r
 		}
 	}
 	ords := ordinalsOf(cs)
-	rt, err := e.Route(ctx, g.blob, ords)
+	rt, err := e.Route(ctx, g.blob, ords, g.stored)
 	if err != nil {
 		if ctx.Err() != nil {
 			return

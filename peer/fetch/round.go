@@ -28,7 +28,7 @@ import (
 // after the batch's other fetches and a poll.
 func (e *Engine) round(ctx context.Context, g *group) (retryAfter time.Duration, waited bool) {
 	ords := g.ordinals()
-	rt, err := e.Route(ctx, g.blob, ords)
+	rt, err := e.Route(ctx, g.blob, ords, g.stored)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, false
@@ -59,7 +59,7 @@ func (e *Engine) round(ctx context.Context, g *group) (retryAfter time.Duration,
 		hold := max(min(retry, e.cfg.MaxRetryDelay), minRetryDelay/5)
 		asked := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, e.cfg.RouteTimeout+hold)
-		rt, err = rw.RouteWait(rctx, g.blob, wait, hold)
+		rt, err = rw.RouteWait(rctx, g.blob, wait, g.stored(wait), hold)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -151,14 +151,19 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // Route asks the Router about ords, in queries of at most maxRoute
-// ordinals, each bounded by RouteTimeout. Any failure fails the whole.
-func (e *Engine) Route(ctx context.Context, blob rafs.Digest, ords []uint32) (route.Route, error) {
+// ordinals, each bounded by RouteTimeout and giving its chunks' stored
+// size from stored (nil: not known). Any failure fails the whole.
+func (e *Engine) Route(ctx context.Context, blob rafs.Digest, ords []uint32, stored func([]uint32) uint64) (route.Route, error) {
 	var all route.Route
 	for len(ords) > 0 {
 		part := ords[:min(len(ords), maxRoute)]
 		ords = ords[len(part):]
 		rctx, cancel := context.WithTimeout(ctx, e.cfg.RouteTimeout)
-		r, err := e.router.Route(rctx, blob, part)
+		var bytes uint64
+		if stored != nil {
+			bytes = stored(part)
+		}
+		r, err := e.router.Route(rctx, blob, part, bytes)
 		cancel()
 		if err != nil {
 			if !errors.Is(err, route.ErrNoRoute) {

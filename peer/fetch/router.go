@@ -21,13 +21,15 @@ import (
 // delivers in the background (re-announcing everything after it
 // reconnects to a scheduler).
 type Router interface {
-	// Route answers where to get chunks of blob. Every chunk asked for
+	// Route answers where to get chunks of blob, whose stored sizes add
+	// up to bytes (0: not known; it lets the scheduler bound this peer's
+	// origin turns in bytes). Every chunk asked for
 	// is in exactly one of the answer's Parents[i].Chunks, Origin or
 	// Wait[i].Chunks. It fails with an error wrapping route.ErrNoRoute when no
 	// scheduler answers in time; the caller then uses parents it learnt
 	// recently and goes to origin for the rest. It blocks at most until
 	// ctx is done.
-	Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (route.Route, error)
+	Route(ctx context.Context, blob rafs.Digest, chunks []uint32, bytes uint64) (route.Route, error)
 	// Announce says this peer now holds chunks of blob: verified and in
 	// the node cache, ready to serve.
 	Announce(blob rafs.Digest, chunks []uint32)
@@ -47,5 +49,5 @@ type Router interface {
 // Router without it is polled: the node waits out the answer's
 // RetryAfter and routes again.
 type RouteWaiter interface {
-	RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (route.Route, error)
+	RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, bytes uint64, maxWait time.Duration) (route.Route, error)
 }

@@ -53,7 +53,7 @@ var ErrNotFound = errors.New("no peer holds it")
 // Router is the part of the scheduler client the share uses
 // (fetch.Router has it).
 type Router interface {
-	Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (route.Route, error)
+	Route(ctx context.Context, blob rafs.Digest, chunks []uint32, bytes uint64) (route.Route, error)
 	Announce(blob rafs.Digest, chunks []uint32)
 	Drop(blob rafs.Digest, chunks []uint32)
 	Abandon(blob rafs.Digest, chunks []uint32)
@@ -277,7 +277,7 @@ func (s *Share) candidates(ctx context.Context, q request, max int) []peer.AddrI
 	if s.r != nil {
 		key := HoldKey(manifests.Name(q.registry, q.repo, q.object))
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.AskTimeout/2)
-		rt, err := s.r.Route(rctx, key, chunk0)
+		rt, err := s.r.Route(rctx, key, chunk0, 0)
 		cancel()
 		if err == nil {
 			for _, p := range rt.Parents {

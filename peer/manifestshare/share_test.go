@@ -223,7 +223,7 @@ type fakeRouter struct {
 	abandoned int
 }
 
-func (f *fakeRouter) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (route.Route, error) {
+func (f *fakeRouter) Route(ctx context.Context, blob rafs.Digest, chunks []uint32, _ uint64) (route.Route, error) {
 	if f.origin {
 		return route.Route{Origin: chunks}, nil
 	}

@@ -149,6 +149,16 @@ func (lv *live) unknown(first, last int) []uint32 {
 // learn records the digests t knows that lv does not, as named by p, and
 // reports how many it learnt. A table of another blob or shape teaches
 // nothing.
+// stored is the size of pieces ords, as route queries give it.
+func (lv *live) stored(ords []uint32) uint64 {
+	var n int64
+	for _, o := range ords {
+		off := int64(o) * lv.t.PieceSize
+		n += max(min(lv.t.PieceSize, lv.t.Size-off), 0)
+	}
+	return uint64(n)
+}
+
 func (lv *live) learn(t *piece.Table, p lpeer.ID) int {
 	if t.Blob != lv.t.Blob || t.Size != lv.t.Size || t.PieceSize != lv.t.PieceSize {
 		return 0
@@ -337,7 +347,7 @@ func (s *Source) resolveRound(ctx context.Context, up registry.Ref, lv *live, wa
 		lv.mu.Unlock()
 		if len(rt.Origin) == 0 {
 			var err error
-			if rt, err = s.eng.Route(ctx, key, want); err != nil {
+			if rt, err = s.eng.Route(ctx, key, want, lv.stored); err != nil {
 				// No scheduler answers: this node fetches what it
 				// misses itself, as the engine does.
 				rt = route.Route{Origin: want}

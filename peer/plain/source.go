@@ -182,7 +182,7 @@ func (s *Source) PieceTable(ctx context.Context, up registry.Ref, blob rafs.Dige
 	var cands []lpeer.AddrInfo
 	assigned := false
 	key := Key(blob)
-	rt, err := s.eng.Route(ctx, key, []uint32{0})
+	rt, err := s.eng.Route(ctx, key, []uint32{0}, nil)
 	switch {
 	case err != nil:
 		cands = s.eng.RecentParents(key, []uint32{0}, maxTableSources, func(id lpeer.ID) bool {

@@ -42,6 +42,7 @@ type remote struct {
 
 	alive      bool   // counted among the live schedulers
 	noHold     bool   // answered RouteWait as an unknown request (an older scheduler)
+	unsized    bool   // refused a route's size (an older scheduler)
 	registered bool   // holds a session for this peer
 	failures   int    // heartbeats failed in a row
 	session    uint64 // counts registrations

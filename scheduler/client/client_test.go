@@ -28,7 +28,7 @@ func routeToParent(t *testing.T, c *Client, blob rafs.Digest, chunks []uint32) r
 	var rt route.Route
 	rafstest.Eventually(t, 20*time.Second, "a route naming a parent", func() bool {
 		var err error
-		rt, err = c.Route(t.Context(), blob, chunks)
+		rt, err = c.Route(t.Context(), blob, chunks, 0)
 		if err != nil {
 			t.Logf("route: %v", err)
 			return false
@@ -170,7 +170,7 @@ func TestNoScheduler(t *testing.T) {
 		a.Report(ha.ID(), route.Outcome{Blob: blob1})
 		a.Abandon(blob1, []uint32{1})
 	}
-	_, err := a.Route(t.Context(), blob1, []uint32{0})
+	_, err := a.Route(t.Context(), blob1, []uint32{0}, 0)
 	if !errors.Is(err, route.ErrNoRoute) {
 		t.Fatalf("got %v, want ErrNoRoute", err)
 	}
@@ -180,14 +180,14 @@ func TestNoScheduler(t *testing.T) {
 		defer a.mu.Unlock()
 		return len(a.liveLocked()) == 0
 	})
-	_, err = a.Route(t.Context(), blob1, []uint32{0})
+	_, err = a.Route(t.Context(), blob1, []uint32{0}, 0)
 	if !errors.Is(err, route.ErrNoRoute) || !strings.Contains(err.Error(), "no live scheduler") {
 		t.Fatalf("got %v, want ErrNoRoute: no live scheduler", err)
 	}
 	// A cancelled context ends Route at once too.
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := a.Route(ctx, blob1, []uint32{0}); !errors.Is(err, route.ErrNoRoute) {
+	if _, err := a.Route(ctx, blob1, []uint32{0}, 0); !errors.Is(err, route.ErrNoRoute) {
 		t.Fatalf("cancelled: got %v, want ErrNoRoute", err)
 	}
 }
@@ -272,7 +272,7 @@ func TestRateLimitedScheduler(t *testing.T) {
 		c := startClient(t, newPeer(t), testClientConfig(s))
 		rafstest.Eventually(t, 20*time.Second, "registration", func() bool { b, _ := s.held(c.h.ID().String()); return b >= 0 })
 		for i := range 5 {
-			if _, err := c.Route(t.Context(), blob1, []uint32{uint32(i)}); err != nil {
+			if _, err := c.Route(t.Context(), blob1, []uint32{uint32(i)}, 0); err != nil {
 				t.Fatalf("route %d: %v", i, err)
 			}
 		}
@@ -296,7 +296,7 @@ func TestRateLimitedScheduler(t *testing.T) {
 		blob := blobOwnedBy(t, busy.name(), []string{busy.name(), other.name()})
 		var err error
 		for range 5 { // the bucket holds 3, one went to the registration
-			if _, err = c.Route(t.Context(), blob, []uint32{0}); err != nil {
+			if _, err = c.Route(t.Context(), blob, []uint32{0}, 1<<20); err != nil {
 				break
 			}
 		}

@@ -20,8 +20,10 @@ import (
 // next live scheduler in Pick order. With none answering within
 // RouteTimeout (or before ctx is done) it returns an error wrapping
 // route.ErrNoRoute. chunks may be in any order; the answer's lists are
-// ascending.
-func (c *Client) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (route.Route, error) {
+// ascending. bytes is their stored size in all (0: not known), which
+// the scheduler bounds origin turns by; a scheduler that does not know
+// the field (an older one) is asked without it from then on.
+func (c *Client) Route(ctx context.Context, blob rafs.Digest, chunks []uint32, bytes uint64) (route.Route, error) {
 	if len(chunks) > wire.MaxOrdinals {
 		return route.Route{}, fmt.Errorf("route %s: %d chunks, more than %d", blob, len(chunks), wire.MaxOrdinals)
 	}
@@ -50,7 +52,10 @@ func (c *Client) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (
 		// silent owner does not use up the whole budget.
 		actx, acancel := context.WithTimeout(ctx, left/time.Duration(len(order)-i))
 		r := c.byName[name]
-		resp, err := c.call(actx, r, &wire.Route{Blob: blob, Chunks: asked})
+		resp, err := c.call(actx, r, &wire.Route{Blob: blob, Chunks: asked, Bytes: c.sized(r, bytes)})
+		if bytes != 0 && c.refusedSize(r, err) {
+			resp, err = c.call(actx, r, &wire.Route{Blob: blob, Chunks: asked})
+		}
 		acancel()
 		if err == nil {
 			a, ok := resp.(*wire.Answer)
@@ -82,10 +87,10 @@ func (c *Client) Route(ctx context.Context, blob rafs.Digest, chunks []uint32) (
 // routes again: the client then waits maxWait itself and routes. When
 // the owner fails otherwise, it routes at once, which tries the other
 // schedulers.
-func (c *Client) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, maxWait time.Duration) (route.Route, error) {
+func (c *Client) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint32, bytes uint64, maxWait time.Duration) (route.Route, error) {
 	asked := normalize(chunks)
 	if len(asked) == 0 || len(chunks) > wire.MaxOrdinals {
-		return c.Route(ctx, blob, chunks)
+		return c.Route(ctx, blob, chunks, bytes)
 	}
 	c.mu.Lock()
 	var r *remote
@@ -104,10 +109,13 @@ func (c *Client) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint3
 			return route.Route{}, fmt.Errorf("route %s: %w: %w", blob, route.ErrNoRoute, ctx.Err())
 		case <-t.C:
 		}
-		return c.Route(ctx, blob, chunks)
+		return c.Route(ctx, blob, chunks, bytes)
 	}
 	actx, cancel := context.WithTimeout(ctx, c.cfg.RouteTimeout+maxWait)
-	resp, err := c.call(actx, r, &wire.RouteWait{Blob: blob, Chunks: asked, MaxWait: maxWait})
+	resp, err := c.call(actx, r, &wire.RouteWait{Blob: blob, Chunks: asked, MaxWait: maxWait, Bytes: c.sized(r, bytes)})
+	if bytes != 0 && c.refusedSize(r, err) {
+		resp, err = c.call(actx, r, &wire.RouteWait{Blob: blob, Chunks: asked, MaxWait: maxWait})
+	}
 	cancel()
 	if err == nil {
 		if a, ok := resp.(*wire.Answer); ok {
@@ -128,7 +136,36 @@ func (c *Client) RouteWait(ctx context.Context, blob rafs.Digest, chunks []uint3
 	if ctx.Err() != nil {
 		return route.Route{}, fmt.Errorf("route %s: %w: %w", blob, route.ErrNoRoute, err)
 	}
-	return c.Route(ctx, blob, chunks)
+	return c.Route(ctx, blob, chunks, bytes)
+}
+
+// sized is the size a route query to r carries: bytes, or 0 (left out)
+// once r refused the field.
+func (c *Client) sized(r *remote, bytes uint64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.unsized {
+		return 0
+	}
+	return bytes
+}
+
+// refusedSize reports whether err is r refusing a route query's size, as
+// a scheduler that predates the field does (bytes after the body), and
+// if so stops sending r the field.
+func (c *Client) refusedSize(r *remote, err error) bool {
+	var e *wire.Error
+	if !errors.As(err, &e) || e.Code != wire.CodeBadRequest || !strings.Contains(e.Message, "after the body") {
+		return false
+	}
+	c.mu.Lock()
+	first := !r.unsized
+	r.unsized = true
+	c.mu.Unlock()
+	if first {
+		c.log.Info("scheduler does not take route sizes; asking without them", "scheduler", r.name)
+	}
+	return true
 }
 
 // toRoute converts the scheduler's answer. A parent whose ID or addresses

@@ -26,7 +26,7 @@ func TestRouteWait(t *testing.T) {
 	a := startClient(t, ha, testClientConfig(s))
 	b := startClient(t, hb, testClientConfig(s))
 	rafstest.Eventually(t, 20*time.Second, "a's origin turn for chunk 4", func() bool {
-		rt, err := a.Route(t.Context(), blob1, []uint32{4})
+		rt, err := a.Route(t.Context(), blob1, []uint32{4}, 0)
 		return err == nil && len(rt.Origin) == 1
 	})
 	rafstest.Eventually(t, 20*time.Second, "b to be a member", func() bool {
@@ -46,7 +46,7 @@ func TestRouteWait(t *testing.T) {
 		announced.Store(time.Now().UnixNano())
 		a.Announce(blob1, []uint32{4})
 	}()
-	r, err := b.RouteWait(t.Context(), blob1, []uint32{4}, 8*time.Second)
+	r, err := b.RouteWait(t.Context(), blob1, []uint32{4}, 64<<10, 8*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestRouteWaitOldScheduler(t *testing.T) {
 	c := startClient(t, newPeer(t), cfg)
 	for i := range 3 {
 		start := time.Now()
-		r, err := c.RouteWait(t.Context(), blob1, []uint32{7}, 200*time.Millisecond)
+		r, err := c.RouteWait(t.Context(), blob1, []uint32{7}, 0, 200*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,5 +112,54 @@ func TestRouteWaitOldScheduler(t *testing.T) {
 	}
 	if got := routes.Load(); got != 3 {
 		t.Errorf("scheduler got %d Route requests, want 3", got)
+	}
+}
+
+// TestRouteSizeOldScheduler: a scheduler that predates route sizes (its
+// decoder finds 8 bytes after a Route's body) is asked with the size
+// once; the client then asks it without, and every route is answered.
+func TestRouteSizeOldScheduler(t *testing.T) {
+	t.Parallel()
+	h := newPeer(t)
+	var sized, unsized atomic.Int64
+	h.SetStreamHandler(wire.ProtocolID, func(st network.Stream) {
+		defer st.Close()
+		req, err := wire.ReadFrame(st)
+		if err != nil {
+			_ = st.Reset()
+			return
+		}
+		var resp wire.Message = &wire.OK{}
+		if m, ok := req.(*wire.Route); ok {
+			if m.Bytes != 0 {
+				sized.Add(1)
+				resp = &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("%v: %s: 8 bytes after the body", wire.ErrMalformed, m.Type())}
+			} else {
+				unsized.Add(1)
+				resp = &wire.Answer{Answer: scheduler.Answer{Origin: m.Chunks}}
+			}
+		}
+		_ = wire.WriteFrame(st, resp)
+	})
+	cfg := Default()
+	cfg.Schedulers = []string{fmt.Sprintf("%s/p2p/%s", h.Addrs()[0], h.ID())}
+	cfg.HeartbeatInterval = 100 * time.Millisecond
+	cfg.RouteTimeout = 2 * time.Second
+	cfg.RequestTimeout = time.Second
+	c := startClient(t, newPeer(t), cfg)
+	for i := range 3 {
+		r, err := c.Route(t.Context(), blob1, []uint32{uint32(i)}, 1<<20)
+		if err != nil {
+			t.Fatalf("route %d: %v", i, err)
+		}
+		if len(r.Origin) != 1 || r.Origin[0] != uint32(i) {
+			t.Fatalf("route %d: got %+v, want its chunk from origin", i, r)
+		}
+	}
+	if got := sized.Load(); got != 1 {
+		t.Errorf("scheduler got %d sized routes, want 1", got)
+	}
+	if got := unsized.Load(); got != 3 {
+		t.Errorf("scheduler got %d unsized routes, want 3", got)
 	}
 }

@@ -223,7 +223,7 @@ func (s *Server) serve(from, src string, req wire.Message, now time.Time) wire.M
 
 func (s *Server) route(from string, m *wire.Route, now time.Time) wire.Message {
 	start := time.Now()
-	a, err := s.state.Parents(from, m.Blob, m.Chunks, now)
+	a, err := s.state.ParentsSized(from, m.Blob, m.Chunks, m.Bytes, now)
 	s.metrics.routeSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return errorResponse(err)
@@ -251,7 +251,7 @@ func (s *Server) route(from string, m *wire.Route, now time.Time) wire.Message {
 // other requests.
 func (s *Server) routeWait(from peer.ID, m *wire.RouteWait) wire.Message {
 	w := s.watches.add(from, m.Blob, m.Chunks)
-	r := &wire.Route{Blob: m.Blob, Chunks: m.Chunks}
+	r := &wire.Route{Blob: m.Blob, Chunks: m.Chunks, Bytes: m.Bytes}
 	resp := s.route(from.String(), r, time.Now())
 	if w == nil {
 		return resp

@@ -51,9 +51,13 @@ func Decode(frame []byte) (Message, error) {
 	case TypeAbandon:
 		m = &Abandon{Blob: d.blob(), Chunks: d.ordinals("chunks")}
 	case TypeRoute:
-		m = &Route{Blob: d.blob(), Chunks: d.ordinals("chunks")}
+		r := &Route{Blob: d.blob(), Chunks: d.ordinals("chunks")}
+		r.Bytes = d.routeBytes()
+		m = r
 	case TypeRouteWait:
-		m = &RouteWait{Blob: d.blob(), Chunks: d.ordinals("chunks"), MaxWait: time.Duration(d.i64("max wait"))}
+		r := &RouteWait{Blob: d.blob(), Chunks: d.ordinals("chunks"), MaxWait: time.Duration(d.i64("max wait"))}
+		r.Bytes = d.routeBytes()
+		m = r
 	case TypeReport:
 		m = d.report()
 	case TypeUnregister:
@@ -74,6 +78,24 @@ func Decode(frame []byte) (Message, error) {
 		return nil, fmt.Errorf("%w: %s: %s", ErrMalformed, t, d.err)
 	}
 	return m, nil
+}
+
+// routeBytes reads a route's optional last field, its chunks' stored
+// size: absent (0), or 8 bytes, not 0 (a sender that does not know the
+// size leaves the field out).
+func (d *decoder) routeBytes() uint64 {
+	if d.err != nil || len(d.b) == 0 {
+		return 0
+	}
+	v := d.take(8)
+	if v == nil {
+		return 0
+	}
+	n := binary.BigEndian.Uint64(v)
+	if n == 0 {
+		d.fail("route size present but 0")
+	}
+	return n
 }
 
 // decoder reads a body front to back. The first failure sticks: later

@@ -82,12 +82,24 @@ func (m *Announce) appendBody(b []byte) []byte {
 }
 func (m *Drop) appendBody(b []byte) []byte     { return appendOrdinals(appendBlob(b, m.Blob), m.Chunks) }
 func (m *Abandon) appendBody(b []byte) []byte  { return appendOrdinals(appendBlob(b, m.Blob), m.Chunks) }
-func (m *Route) appendBody(b []byte) []byte    { return appendOrdinals(appendBlob(b, m.Blob), m.Chunks) }
 func (*Unregister) appendBody(b []byte) []byte { return b }
+
+func (m *Route) appendBody(b []byte) []byte {
+	return appendBytes(appendOrdinals(appendBlob(b, m.Blob), m.Chunks), m.Bytes)
+}
 
 func (m *RouteWait) appendBody(b []byte) []byte {
 	b = appendOrdinals(appendBlob(b, m.Blob), m.Chunks)
-	return binary.BigEndian.AppendUint64(b, nonNegative(int64(m.MaxWait)))
+	b = binary.BigEndian.AppendUint64(b, nonNegative(int64(m.MaxWait)))
+	return appendBytes(b, m.Bytes)
+}
+
+// appendBytes appends a route's optional size, left out when 0.
+func appendBytes(b []byte, n uint64) []byte {
+	if n == 0 {
+		return b
+	}
+	return binary.BigEndian.AppendUint64(b, n)
 }
 
 func (m *AnnounceFull) appendBody(b []byte) []byte {

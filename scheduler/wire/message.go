@@ -137,10 +137,15 @@ type Abandon struct {
 	Chunks []uint32
 }
 
-// Route asks where the sending peer should get Chunks of Blob.
+// Route asks where the sending peer should get Chunks of Blob. Bytes is
+// their stored size in all, 0 when the sender does not say: it lets the
+// scheduler bound a peer's origin turns in bytes as well as in chunks.
+// It travels only when not 0, as an optional last field, so that a Route
+// without it is what an older peer sends.
 type Route struct {
 	Blob   rafs.Digest
 	Chunks []uint32
+	Bytes  uint64
 }
 
 // RouteWait is a Route that the scheduler may hold for up to MaxWait
@@ -152,6 +157,7 @@ type RouteWait struct {
 	Blob    rafs.Digest
 	Chunks  []uint32
 	MaxWait time.Duration
+	Bytes   uint64 // as Route's
 }
 
 // Report is the sending peer's outcome of an assignment to About.
