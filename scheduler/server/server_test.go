@@ -431,3 +431,40 @@ func TestRegisterCapWire(t *testing.T) {
 	wantOK(t, request(t, a, s, &wire.Unregister{}))
 	wantOK(t, request(t, b, s, &wire.Register{}))
 }
+
+// TestRouteSizeBoundsTurns: a Route's size reaches the scheduler's turn
+// bound through the server. With b wanting the blob too, a asks for 40
+// chunks twice: without a size it gets the count (4 turns), with 64 KiB
+// chunks it gets turns up to origin_turn_bytes_per_peer (1 MiB: 16).
+func TestRouteSizeBoundsTurns(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.State.OriginTurnsPerPeer = 4
+	cfg.State.OriginTurnBytesPerPeer = 1 << 20
+	s := startServer(t, cfg)
+	a, b := newPeer(t), newPeer(t)
+	wantOK(t, request(t, a, s, &wire.Register{}))
+	wantOK(t, request(t, b, s, &wire.Register{}))
+	turns := func(from uint32, bytes uint64) int {
+		t.Helper()
+		if resp, ok := request(t, b, s, &wire.Route{Blob: blobA, Chunks: []uint32{1000 + from}}).(*wire.Answer); !ok || len(resp.Answer.Origin) != 1 {
+			t.Fatalf("b's route: %#v", resp)
+		}
+		chunks := make([]uint32, 40)
+		for i := range chunks {
+			chunks[i] = from + uint32(i)
+		}
+		ans, ok := request(t, a, s, &wire.Route{Blob: blobA, Chunks: chunks, Bytes: bytes}).(*wire.Answer)
+		if !ok {
+			t.Fatalf("a's route: got %#v", ans)
+		}
+		wantOK(t, request(t, a, s, &wire.Abandon{Blob: blobA, Chunks: ans.Answer.Origin}))
+		return len(ans.Answer.Origin)
+	}
+	if n := turns(0, 0); n != 4 {
+		t.Errorf("unsized: %d turns, want 4", n)
+	}
+	if n := turns(100, 40<<16); n != 16 {
+		t.Errorf("sized, 64 KiB chunks: %d turns, want 16", n)
+	}
+}
