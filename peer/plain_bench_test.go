@@ -9,9 +9,10 @@ import (
 
 // BenchmarkPlainBlob measures a whole-blob GET of a 64 MiB plain layer
 // through a node's mirror, in pieces of the default size: from the
-// registry (nobody holds it: pass-through while recording the pieces)
-// and from another node's pieces over libp2p (PSK + Noise). Each
-// iteration starts with the reading node holding nothing of the blob.
+// registry (nobody holds it: pass-through while recording the pieces),
+// from the node's own pieces (a second pull), and from another node's
+// pieces over libp2p (PSK + Noise). Each origin and peers iteration
+// starts with the reading node holding nothing of the blob.
 func BenchmarkPlainBlob(b *testing.B) {
 	key, reg := clusterKey(b), newPlainRegistry(b)
 	data := randBytes(60, 64<<20)
@@ -34,6 +35,20 @@ func BenchmarkPlainBlob(b *testing.B) {
 			reset(m)
 			b.StartTimer()
 			get(b, m)
+		}
+	})
+	// A node pulling again a blob it holds and has checked (its own
+	// table): every piece from its cache.
+	b.Run("node", func(b *testing.B) {
+		m := newMirrorNode(b, key, newScheduler(b), reg, nil, def)
+		get(b, m)
+		b.SetBytes(int64(len(data)))
+		before := reg.blobBytes.Load()
+		for b.Loop() {
+			get(b, m)
+		}
+		if n := reg.blobBytes.Load() - before; n != 0 {
+			b.Fatalf("registry sent %d blob bytes for a blob the node holds", n)
 		}
 	})
 	b.Run("peers", func(b *testing.B) {

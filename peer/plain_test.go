@@ -227,6 +227,12 @@ func TestPlainBlobGoesP2P(t *testing.T) {
 	if _, ok := b.Plain().PieceTable(t.Context(), registry.Ref{}, blob, false); !ok {
 		t.Fatal("B does not serve the table after checking the blob")
 	}
+	// A second whole-blob pull on B comes from its own pieces, each
+	// checked against its checked table, not from the registry.
+	b.mustGet(t, "test/plain", blob, "", data, http.StatusOK)
+	if got := reg.blobBytes.Load() - before; got != 0 {
+		t.Fatalf("registry sent %d blob bytes for B's second pull, want 0", got)
+	}
 	// A blob nobody holds, with a range, passes through.
 	other := randBytes(42, 3000)
 	od := reg.push(t, "test/plain", other)

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -134,24 +135,32 @@ func blobHeaders(h http.Header, t *piece.Table, n int64) {
 }
 
 // servePieces sends the whole blob from its pieces, in order, each
-// verified against t by ReadChunks, while hashing the whole. The last
-// piece is held back until the whole blob has matched its digest: a
-// client is never sent the complete body of a wrong blob. On a mismatch
-// the table is settled as bad (the node drops its pieces and reports the
-// peer it came from) and the response is cut short, which the client sees
-// as a broken transfer (fewer bytes than Content-Length) and retries;
-// the retry goes to the origin, since the table is gone. A failure before
-// the first byte returns errNothingSent.
+// verified against t by ReadChunks. Unless this node has checked t
+// against the whole blob already (verified), it hashes the whole as it
+// goes and holds the last piece back until the whole blob has matched its
+// digest: a client is never sent the complete body of a wrong blob. On a
+// mismatch the table is settled as bad (the node drops its pieces and
+// reports the peer it came from) and the response is cut short, which the
+// client sees as a broken transfer (fewer bytes than Content-Length) and
+// retries; the retry goes to the origin, since the table is gone. With a
+// verified table, pieces that match it are the blob: hashing the whole
+// again would only cost a warm pull a second pass over every byte. A
+// failure before the first byte returns errNothingSent.
 func (s *Server) servePieces(w http.ResponseWriter, r *http.Request, bs BlobSource, up registry.Ref, t *piece.Table, verified bool) error {
 	ctx := r.Context()
-	whole := sha256.New()
+	var whole hash.Hash
+	if !verified {
+		whole = sha256.New()
+	}
 	sent := false
 	last := t.Count() - 1
 	var held []byte
 	deliver := func(first int) func(int, rafs.Chunk, []byte) error {
 		return func(i int, _ rafs.Chunk, b []byte) error {
-			whole.Write(b)
-			if first+i == last {
+			if whole != nil {
+				whole.Write(b)
+			}
+			if first+i == last && whole != nil {
 				held = bytes.Clone(b)
 				return nil
 			}
@@ -179,7 +188,7 @@ func (s *Server) servePieces(w http.ResponseWriter, r *http.Request, bs BlobSour
 			panic(http.ErrAbortHandler)
 		}
 	}
-	if rafs.Digest(whole.Sum(nil)) != t.Blob {
+	if whole != nil && rafs.Digest(whole.Sum(nil)) != t.Blob {
 		bs.SettleTable(t.Blob, t, false)
 		s.log.Warn("plain blob read from pieces fails its digest; dropped", "blob", t.Blob, "sent", sent)
 		if !sent {
@@ -194,7 +203,9 @@ func (s *Server) servePieces(w http.ResponseWriter, r *http.Request, bs BlobSour
 		blobHeaders(w.Header(), t, t.Size)
 		w.WriteHeader(http.StatusOK)
 	}
-	_, _ = w.Write(held)
+	if held != nil {
+		_, _ = w.Write(held)
+	}
 	s.m.peerBlobBytes.Add(float64(t.Size))
 	return nil
 }
