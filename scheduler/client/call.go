@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -47,15 +49,36 @@ func (c *Client) call(ctx context.Context, r *remote, req wire.Message) (wire.Me
 	}
 }
 
-// callOnce is one attempt of call.
+// callOnce is one attempt of call: on a session stream kept from an
+// earlier request (see sessions), or on a new stream, a session if the
+// scheduler speaks it. A kept session that fails before any answer (the
+// scheduler closed it while idle, or answered on it once only) is
+// dropped and the request sent again on a new stream: the scheduler did
+// not act on it.
 func (c *Client) callOnce(ctx context.Context, r *remote, req wire.Message) (wire.Message, error) {
-	// Force a dial past libp2p's dial backoff: a scheduler that was down
-	// is retried at the heartbeat rate, not the backoff's minutes.
-	ctx = network.WithForceDirectDial(ctx, "scheduler")
-	st, err := c.h.NewStream(ctx, r.info.ID, wire.ProtocolID)
-	if err != nil {
-		return nil, fmt.Errorf("%s to scheduler %s: open stream: %w", req.Type(), r.name, err)
+	resp, retry, err := c.exchange(ctx, r, req, r.sessions.take())
+	if retry {
+		r.sessions.lost()
+		resp, _, err = c.exchange(ctx, r, req, nil)
 	}
+	return resp, err
+}
+
+// exchange sends req on st, or on a new stream when st is nil, and reads
+// the answer. retry reports that st, a kept session, failed before the
+// scheduler could have acted on req.
+func (c *Client) exchange(ctx context.Context, r *remote, req wire.Message, st network.Stream) (_ wire.Message, retry bool, _ error) {
+	kept := st != nil
+	if !kept {
+		// Force a dial past libp2p's dial backoff: a scheduler that was
+		// down is retried at the heartbeat rate, not the backoff's minutes.
+		var err error
+		st, err = c.h.NewStream(network.WithForceDirectDial(ctx, "scheduler"), r.info.ID, wire.SessionProtocolID, wire.ProtocolID)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s to scheduler %s: open stream: %w", req.Type(), r.name, err)
+		}
+	}
+	session := st.Protocol() == wire.SessionProtocolID
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(c.cfg.RequestTimeout)
@@ -64,23 +87,39 @@ func (c *Client) callOnce(ctx context.Context, r *remote, req wire.Message) (wir
 	// Reset the stream when ctx ends first, so a silent scheduler cannot
 	// hold the caller past its context.
 	stop := context.AfterFunc(ctx, func() { _ = st.Reset() })
-	defer stop()
 
 	if err := wire.WriteFrame(st, req); err != nil {
+		stop()
 		_ = st.Reset()
-		return nil, fmt.Errorf("%s to scheduler %s: %w", req.Type(), r.name, err)
+		return nil, kept && ctx.Err() == nil, fmt.Errorf("%s to scheduler %s: %w", req.Type(), r.name, err)
 	}
-	_ = st.CloseWrite()
+	if !session {
+		_ = st.CloseWrite()
+	}
 	resp, err := wire.ReadFrame(st)
+	if !stop() {
+		// ctx ended and reset the stream, whatever was read.
+		_ = st.Reset()
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, false, fmt.Errorf("%s to scheduler %s: read response: %w", req.Type(), r.name, err)
+	}
 	if err != nil {
 		_ = st.Reset()
-		return nil, fmt.Errorf("%s to scheduler %s: read response: %w", req.Type(), r.name, err)
+		closedIdle := errors.Is(err, io.EOF) || errors.Is(err, network.ErrReset)
+		return nil, kept && closedIdle && ctx.Err() == nil, fmt.Errorf("%s to scheduler %s: read response: %w", req.Type(), r.name, err)
 	}
-	_ = st.Close()
+	if session {
+		_ = st.SetDeadline(time.Time{})
+		r.sessions.keep(st)
+	} else {
+		_ = st.Close()
+	}
 	if e, ok := resp.(*wire.Error); ok {
-		return nil, fmt.Errorf("%s to scheduler %s: %w", req.Type(), r.name, e)
+		return nil, false, fmt.Errorf("%s to scheduler %s: %w", req.Type(), r.name, e)
 	}
-	return resp, nil
+	return resp, false, nil
 }
 
 // codeOf returns the code of a scheduler's error response in err, or 0.
@@ -110,4 +149,84 @@ func (c *Client) callTimeout(ctx context.Context, r *remote, req wire.Message) (
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	return c.callOK(ctx, r, req)
+}
+
+// Sessions kept per scheduler. A peer's requests to one scheduler come a
+// few at a time (heartbeats, flushes, the routes of the reads in
+// progress); a request that finds no kept session opens a new one, and
+// what is kept beyond maxKept is closed.
+const (
+	maxKept = 2
+	// sessionIdle is how long a kept session may wait for its next
+	// request; the scheduler closes sessions idle for 30 s.
+	sessionIdle = 5 * time.Second
+	// keepPause is how long no session is kept after a kept one was
+	// found closed: a scheduler short of sessions answers each once,
+	// and keeping them would cost every request a second try.
+	keepPause = 30 * time.Second
+)
+
+// sessions are the idle session streams kept for one scheduler, the
+// most recently used last.
+type sessions struct {
+	mu     sync.Mutex
+	idle   []keptStream
+	closed bool
+	lostAt time.Time // a kept session was last found closed
+}
+
+type keptStream struct {
+	st   network.Stream
+	used time.Time
+}
+
+// take returns the most recently used idle session, or nil. Sessions
+// idle for sessionIdle are closed.
+func (s *sessions) take() network.Stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for len(s.idle) > 0 {
+		k := s.idle[len(s.idle)-1]
+		s.idle = s.idle[:len(s.idle)-1]
+		if now.Sub(k.used) < sessionIdle {
+			return k.st
+		}
+		_ = k.st.Close()
+	}
+	return nil
+}
+
+// keep puts st, idle now, back for the next request, or closes it.
+func (s *sessions) keep(st network.Stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || len(s.idle) >= maxKept || time.Since(s.lostAt) < keepPause {
+		_ = st.Close()
+		return
+	}
+	s.idle = append(s.idle, keptStream{st: st, used: time.Now()})
+}
+
+// lost notes that a kept session was found closed: for keepPause none is
+// kept, and those idle are closed.
+func (s *sessions) lost() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lostAt = time.Now()
+	for _, k := range s.idle {
+		_ = k.st.Close()
+	}
+	s.idle = nil
+}
+
+// close closes every idle session and keeps none from now on.
+func (s *sessions) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, k := range s.idle {
+		_ = k.st.Close()
+	}
+	s.idle = nil
 }

@@ -39,6 +39,9 @@ type remote struct {
 	info peer.AddrInfo
 	name string        // its peer ID, the name Pick hashes
 	wake chan struct{} // asks its worker to act now; capacity 1
+	// sessions are the idle session streams to it (call.go); their own
+	// lock.
+	sessions sessions
 
 	alive      bool   // counted among the live schedulers
 	noHold     bool   // answered RouteWait as an unknown request (an older scheduler)
@@ -112,6 +115,7 @@ func (c *Client) Run(ctx context.Context) error {
 	wg.Wait()
 	c.unregisterAll()
 	for _, r := range c.remotes {
+		r.sessions.close()
 		c.h.ConnManager().Unprotect(r.info.ID, "damselfly-scheduler")
 	}
 	return nil

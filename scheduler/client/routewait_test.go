@@ -8,6 +8,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 
+	dhost "damselfly/peer/host"
 	"damselfly/rafs/rafstest"
 	"damselfly/scheduler"
 	"damselfly/scheduler/server"
@@ -161,5 +162,83 @@ func TestRouteSizeOldScheduler(t *testing.T) {
 	}
 	if got := unsized.Load(); got != 3 {
 		t.Errorf("scheduler got %d unsized routes, want 3", got)
+	}
+}
+
+// sessionServer answers every request on the session protocol with OK
+// (a Route with its chunks from origin), counting streams and requests;
+// with once, it closes each session after its first answer, as a
+// scheduler short of sessions does.
+func sessionServer(t *testing.T, once bool) (*dhost.Host, *atomic.Int64, *atomic.Int64) {
+	t.Helper()
+	h := newPeer(t)
+	var streams, requests atomic.Int64
+	h.SetStreamHandler(wire.SessionProtocolID, func(st network.Stream) {
+		streams.Add(1)
+		defer st.Close()
+		for {
+			req, err := wire.ReadFrame(st)
+			if err != nil {
+				return
+			}
+			requests.Add(1)
+			var resp wire.Message = &wire.OK{}
+			if m, ok := req.(*wire.Route); ok {
+				resp = &wire.Answer{Answer: scheduler.Answer{Origin: m.Chunks}}
+			}
+			if wire.WriteFrame(st, resp) != nil || once {
+				return
+			}
+		}
+	})
+	return h, &streams, &requests
+}
+
+// TestSessionReused: sequential requests to a scheduler that speaks
+// sessions go on one stream.
+func TestSessionReused(t *testing.T) {
+	t.Parallel()
+	h, streams, requests := sessionServer(t, false)
+	cfg := Default()
+	cfg.Schedulers = []string{fmt.Sprintf("%s/p2p/%s", h.Addrs()[0], h.ID())}
+	cfg.HeartbeatInterval = time.Hour // only the register before the routes
+	c := startClient(t, newPeer(t), cfg)
+	rafstest.Eventually(t, 10*time.Second, "the register", func() bool { return requests.Load() >= 1 })
+	for i := range 20 {
+		r, err := c.Route(t.Context(), blob1, []uint32{uint32(i)}, 0)
+		if err != nil || len(r.Origin) != 1 {
+			t.Fatalf("route %d: %+v, %v", i, r, err)
+		}
+	}
+	if got := requests.Load(); got < 21 {
+		t.Fatalf("scheduler got %d requests, want at least 21", got)
+	}
+	if got := streams.Load(); got > 2 {
+		t.Errorf("21 sequential requests took %d streams, want 1 (2 if the register's was still in use)", got)
+	}
+}
+
+// TestSessionClosedAfterOne: a scheduler that answers each session once
+// and closes it costs no request an error: the kept session found closed
+// is dropped, the request goes on a new stream, and no session is kept
+// for a while.
+func TestSessionClosedAfterOne(t *testing.T) {
+	t.Parallel()
+	h, streams, requests := sessionServer(t, true)
+	cfg := Default()
+	cfg.Schedulers = []string{fmt.Sprintf("%s/p2p/%s", h.Addrs()[0], h.ID())}
+	cfg.HeartbeatInterval = time.Hour
+	c := startClient(t, newPeer(t), cfg)
+	rafstest.Eventually(t, 10*time.Second, "the register", func() bool { return requests.Load() >= 1 })
+	for i := range 10 {
+		r, err := c.Route(t.Context(), blob1, []uint32{uint32(i)}, 0)
+		if err != nil || len(r.Origin) != 1 {
+			t.Fatalf("route %d: %+v, %v", i, r, err)
+		}
+	}
+	// The register's session was kept and found closed once at most;
+	// after that every request had a stream of its own.
+	if s, r := streams.Load(), requests.Load(); s != r || r != 11 {
+		t.Errorf("%d streams for %d requests, want 11 for 11", s, r)
 	}
 }

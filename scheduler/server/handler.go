@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -35,20 +36,126 @@ func (s *Server) handle(st network.Stream) {
 	req, err := wire.ReadFrame(st)
 	if err != nil {
 		if errors.Is(err, wire.ErrMalformed) {
-			s.metrics.requests.WithLabelValues("malformed", wire.CodeBadRequest.String()).Inc()
-			s.log.Debug("malformed request", "peer", from, "err", err)
-			s.reply(st, &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()})
+			s.reply(st, s.malformed(from, err))
 			return
 		}
 		_ = st.Reset()
 		return
 	}
+	resp := s.answer(st, from, req)
+	if !s.reply(st, resp) {
+		s.undeliverable(from, req, resp)
+	}
+}
+
+// sessionIdle is how long a session stream may wait for its next
+// request before the server closes it. Clients keep idle sessions for
+// much less (client.sessionIdle), so the server rarely closes one a
+// request is on its way to.
+const sessionIdle = 30 * time.Second
+
+// handleSession serves a session stream (wire.SessionProtocolID): one
+// request frame after another, each answered in turn, until the peer
+// closes it, it stays idle sessionIdle, or a frame is malformed. Each
+// request is admitted as a stream of its own is (acquire), so that idle
+// sessions hold no stream slot; the sessions a peer may hold at once are
+// bounded by MaxStreamsPerPeer, and past that (or past two sessions for
+// each of MaxPeers peers) a session is answered once and closed, like a
+// stream of the one-request protocol; the client, finding a kept session
+// closed, keeps none for a while.
+func (s *Server) handleSession(st network.Stream) {
+	from := st.Conn().RemotePeer()
+	reuse := s.openSession(from)
+	if reuse {
+		defer s.closeSession(from)
+	}
+	for {
+		_ = st.SetDeadline(time.Now().Add(sessionIdle))
+		req, err := wire.ReadFrame(st)
+		if err != nil {
+			if errors.Is(err, wire.ErrMalformed) {
+				// The frame's end is unknown: answer and end the session.
+				s.reply(st, s.malformed(from, err))
+				return
+			}
+			if errors.Is(err, io.EOF) {
+				_ = st.Close() // the peer ended the session
+			} else {
+				_ = st.Reset()
+			}
+			return
+		}
+		_ = st.SetDeadline(time.Now().Add(s.cfg.StreamTimeout))
+		admitted, closed := s.acquire(from)
+		if closed {
+			_ = st.Reset()
+			return
+		}
+		var resp wire.Message
+		if admitted {
+			resp = s.answer(st, from, req)
+		} else {
+			s.metrics.requests.WithLabelValues(req.Type().String(), wire.CodeRateLimited.String()).Inc()
+			resp = &wire.Error{Code: wire.CodeRateLimited, Message: "too many streams"}
+		}
+		err = wire.WriteFrame(st, resp)
+		if admitted {
+			s.release(from)
+		}
+		s.streams.Done()
+		if err != nil {
+			_ = st.Reset()
+			s.undeliverable(from, req, resp)
+			return
+		}
+		if !reuse {
+			_ = st.Close()
+			return
+		}
+	}
+}
+
+// openSession counts a session of p and reports whether it may carry
+// more than one request (see handleSession).
+func (s *Server) openSession(p peer.ID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions[p] >= s.cfg.MaxStreamsPerPeer || s.nsessions >= 2*s.cfg.State.MaxPeers {
+		return false
+	}
+	s.sessions[p]++
+	s.nsessions++
+	return true
+}
+
+func (s *Server) closeSession(p peer.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nsessions--
+	if s.sessions[p] <= 1 {
+		delete(s.sessions, p)
+	} else {
+		s.sessions[p]--
+	}
+}
+
+// malformed counts and logs a malformed request from p and returns the
+// error to answer it with.
+func (s *Server) malformed(p peer.ID, err error) wire.Message {
+	s.metrics.requests.WithLabelValues("malformed", wire.CodeBadRequest.String()).Inc()
+	s.log.Debug("malformed request", "peer", p, "err", err)
+	return &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}
+}
+
+// answer applies req, admitted as a stream, from p (over st) and returns
+// the response: "rate limited" past the peer's request budget, a held
+// route for a RouteWait, otherwise what serve says.
+func (s *Server) answer(st network.Stream, from peer.ID, req wire.Message) wire.Message {
 	if _, beat := req.(*wire.Heartbeat); !beat && !s.allow(from, time.Now()) {
 		// Heartbeats pass: a peer slowed down here must not also be
 		// dropped, with its holdings, for missing them.
 		s.metrics.requests.WithLabelValues(req.Type().String(), wire.CodeRateLimited.String()).Inc()
-		s.reply(st, &wire.Error{Code: wire.CodeRateLimited, Message: "too many requests"})
-		return
+		return &wire.Error{Code: wire.CodeRateLimited, Message: "too many requests"}
 	}
 	var resp wire.Message
 	if m, ok := req.(*wire.RouteWait); ok {
@@ -62,9 +169,7 @@ func (s *Server) handle(st network.Stream) {
 		s.log.Debug("request refused", "peer", from, "type", req.Type(), "err", e)
 	}
 	s.metrics.requests.WithLabelValues(req.Type().String(), result).Inc()
-	if !s.reply(st, resp) {
-		s.undeliverable(from, req, resp)
-	}
+	return resp
 }
 
 // reply sends m and reports whether it went out.

@@ -14,7 +14,7 @@ import (
 )
 
 // testConfig is a scheduler on loopback with a short expiry interval.
-func testConfig(t *testing.T) Config {
+func testConfig(t testing.TB) Config {
 	cfg := Default()
 	cfg.Admin.Listen = "127.0.0.1:0"
 	// Long enough that peers of tests that send no heartbeats stay
@@ -25,7 +25,7 @@ func testConfig(t *testing.T) Config {
 }
 
 // startServer runs a scheduler on a loopback host until the test ends.
-func startServer(t *testing.T, cfg Config) *Server {
+func startServer(t testing.TB, cfg Config) *Server {
 	t.Helper()
 	ctx, cancelStart := context.WithTimeout(t.Context(), 30*time.Second)
 	h, err := dhost.New(ctx, dhost.Loopback(filepath.Join(t.TempDir(), "identity.key"), ""), nil)
@@ -50,7 +50,7 @@ func startServer(t *testing.T, cfg Config) *Server {
 }
 
 // newPeer starts a libp2p host on loopback, closed when the test ends.
-func newPeer(t *testing.T) *dhost.Host {
+func newPeer(t testing.TB) *dhost.Host {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -36,12 +36,14 @@ type Server struct {
 	watches *watches      // held routes (watch.go)
 	quit    chan struct{} // closed when Run stops: held routes answer
 
-	mu       sync.Mutex
-	closed   bool
-	perPeer  map[peer.ID]int
-	active   int
-	limiters map[peer.ID]*rate.Limiter // per peer, with RequestsPerPeer
-	streams  sync.WaitGroup
+	mu        sync.Mutex
+	closed    bool
+	perPeer   map[peer.ID]int
+	active    int
+	sessions  map[peer.ID]int // session streams open, by peer (handleSession)
+	nsessions int
+	limiters  map[peer.ID]*rate.Limiter // per peer, with RequestsPerPeer
+	streams   sync.WaitGroup
 }
 
 // New validates cfg and starts the admin listener, and returns a Server
@@ -68,7 +70,7 @@ func New(cfg Config, h host.Host, reg *prometheus.Registry, log *slog.Logger) (*
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, log: log, state: state, host: h, perPeer: make(map[peer.ID]int), limiters: make(map[peer.ID]*rate.Limiter), watches: newWatches(), quit: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, state: state, host: h, perPeer: make(map[peer.ID]int), sessions: make(map[peer.ID]int), limiters: make(map[peer.ID]*rate.Limiter), watches: newWatches(), quit: make(chan struct{})}
 	s.metrics = newMetrics(reg, state, s.HeldRoutes)
 	s.admin, err = net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
@@ -109,6 +111,7 @@ func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.host.SetStreamHandler(wire.ProtocolID, s.handle)
+	s.host.SetStreamHandler(wire.SessionProtocolID, s.handleSession)
 	s.log.Info("scheduler serving", "peer", s.host.ID(), "addrs", s.host.Addrs(), "admin", s.AdminURL())
 
 	var wg sync.WaitGroup
@@ -130,6 +133,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// Shut down in reverse order of start: no new streams, the admin API,
 	// the host (which resets streams in progress), then wait for all.
 	s.host.RemoveStreamHandler(wire.ProtocolID)
+	s.host.RemoveStreamHandler(wire.SessionProtocolID)
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()

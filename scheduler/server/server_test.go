@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
 
 	dhost "damselfly/peer/host"
 	"damselfly/rafs"
@@ -466,5 +469,98 @@ func TestRouteSizeBoundsTurns(t *testing.T) {
 	}
 	if n := turns(100, 40<<16); n != 16 {
 		t.Errorf("sized, 64 KiB chunks: %d turns, want 16", n)
+	}
+}
+
+// openSession opens a session stream from h.
+func openSession(t *testing.T, h *dhost.Host, s *Server) network.Stream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := h.Connect(ctx, s.AddrInfo()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := h.NewStream(ctx, s.AddrInfo().ID, wire.SessionProtocolID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Reset() })
+	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
+	return st
+}
+
+func sessionRequest(t *testing.T, st network.Stream, req wire.Message) (wire.Message, error) {
+	t.Helper()
+	if err := wire.WriteFrame(st, req); err != nil {
+		return nil, err
+	}
+	return wire.ReadFrame(st)
+}
+
+// TestSession: a session stream carries one request after another, each
+// answered in turn, and ends at a malformed frame; with a peer's sessions
+// at MaxStreamsPerPeer, a further one is answered once and closed.
+func TestSession(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.MaxStreamsPerPeer = 2
+	s := startServer(t, cfg)
+	a, b := newPeer(t), newPeer(t)
+	wantOK(t, request(t, b, s, &wire.Register{}))
+	wantOK(t, request(t, b, s, &wire.Announce{Blob: blobA, Chunks: []uint32{0, 1}}))
+
+	st := openSession(t, a, s)
+	for _, req := range []wire.Message{&wire.Register{}, &wire.Heartbeat{}, &wire.Announce{Blob: blobA, Chunks: []uint32{5}}} {
+		resp, err := sessionRequest(t, st, req)
+		if err != nil {
+			t.Fatalf("%s: %v", req.Type(), err)
+		}
+		wantOK(t, resp)
+	}
+	resp, err := sessionRequest(t, st, &wire.Route{Blob: blobA, Chunks: []uint32{1, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans, ok := resp.(*wire.Answer); !ok || len(ans.Answer.Parents) != 1 || !equal(ans.Answer.Origin, []uint32{2}) {
+		t.Fatalf("route on the session: %#v", resp)
+	}
+	// Its announcement counted: b is routed to a for chunk 5.
+	if ans := request(t, b, s, &wire.Route{Blob: blobA, Chunks: []uint32{5}}).(*wire.Answer); len(ans.Answer.Parents) != 1 || ans.Answer.Parents[0].ID != a.ID().String() {
+		t.Fatalf("b's route: %+v", ans.Answer)
+	}
+
+	// A second session is kept; the third is answered once and closed.
+	st2 := openSession(t, a, s)
+	if resp, err := sessionRequest(t, st2, &wire.Heartbeat{}); err != nil {
+		t.Fatal(err)
+	} else {
+		wantOK(t, resp)
+	}
+	st3 := openSession(t, a, s)
+	if resp, err := sessionRequest(t, st3, &wire.Heartbeat{}); err != nil {
+		t.Fatal(err)
+	} else {
+		wantOK(t, resp)
+	}
+	if _, err := sessionRequest(t, st3, &wire.Heartbeat{}); err == nil {
+		t.Fatal("a session past max_streams_per_peer answered a second request")
+	}
+	if resp, err := sessionRequest(t, st2, &wire.Heartbeat{}); err != nil {
+		t.Fatalf("the second session: %v", err)
+	} else {
+		wantOK(t, resp)
+	}
+
+	// A malformed frame is answered, and ends the session.
+	if _, err := st.Write([]byte{0, 0, 0, 1, 0x42}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := wire.ReadFrame(st); err != nil {
+		t.Fatal(err)
+	} else {
+		wantCode(t, resp, wire.CodeBadRequest)
+	}
+	if _, err := sessionRequest(t, st, &wire.Heartbeat{}); err == nil {
+		t.Fatal("a session went on after a malformed frame")
 	}
 }

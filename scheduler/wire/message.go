@@ -15,6 +15,13 @@ import (
 // change gets a new ID, negotiated by libp2p's multistream-select.
 const ProtocolID protocol.ID = "/damselfly/scheduler/1.0.0"
 
+// SessionProtocolID names the same messages carried as a session: a
+// stream on which the peer sends any number of requests, one at a time,
+// each answered before the next is sent, instead of a stream per
+// request. A peer offers it first and ProtocolID after it; a scheduler
+// that predates it picks ProtocolID.
+const SessionProtocolID protocol.ID = "/damselfly/scheduler/session/1.0.0"
+
 // Limits, checked before anything is allocated.
 const (
 	// MaxFrame bounds a frame's length field: message type plus body.
