@@ -64,13 +64,12 @@ func TestRouteWait(t *testing.T) {
 	t.Logf("held route answered %v after the announcement", after.Round(time.Millisecond))
 }
 
-// TestRouteWaitOldScheduler: a scheduler that does not know RouteWait (it
-// answers "unknown message type", as a decoder without it does) is asked
-// once; after that the client waits and routes on its own.
-func TestRouteWaitOldScheduler(t *testing.T) {
-	t.Parallel()
+// oldScheduler serves the one-request protocol only, as a scheduler that
+// predates sessions does, answering each request with answer (OK when it
+// returns nil).
+func oldScheduler(t *testing.T, answer func(wire.Message) wire.Message) *dhost.Host {
+	t.Helper()
 	h := newPeer(t)
-	var routes, routeWaits atomic.Int64
 	h.SetStreamHandler(wire.ProtocolID, func(st network.Stream) {
 		defer st.Close()
 		req, err := wire.ReadFrame(st)
@@ -78,23 +77,45 @@ func TestRouteWaitOldScheduler(t *testing.T) {
 			_ = st.Reset()
 			return
 		}
-		var resp wire.Message = &wire.OK{}
-		switch m := req.(type) {
-		case *wire.RouteWait:
-			routeWaits.Add(1)
-			resp = &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("%v: unknown message type %#x", wire.ErrMalformed, uint8(m.Type()))}
-		case *wire.Route:
-			routes.Add(1)
-			resp = &wire.Answer{Answer: scheduler.Answer{Wait: []scheduler.Wait{{Chunks: m.Chunks, RetryAfter: time.Second}}}}
+		resp := answer(req)
+		if resp == nil {
+			resp = &wire.OK{}
 		}
 		_ = wire.WriteFrame(st, resp)
 	})
+	return h
+}
+
+// clientOf starts a client whose one scheduler is h, with short
+// heartbeats and timeouts.
+func clientOf(t *testing.T, h *dhost.Host, routeTimeout time.Duration) *Client {
+	t.Helper()
 	cfg := Default()
 	cfg.Schedulers = []string{fmt.Sprintf("%s/p2p/%s", h.Addrs()[0], h.ID())}
 	cfg.HeartbeatInterval = 100 * time.Millisecond
-	cfg.RouteTimeout = time.Second
+	cfg.RouteTimeout = routeTimeout
 	cfg.RequestTimeout = time.Second
-	c := startClient(t, newPeer(t), cfg)
+	return startClient(t, newPeer(t), cfg)
+}
+
+// TestRouteWaitOldScheduler: a scheduler that does not know RouteWait (it
+// answers "unknown message type", as a decoder without it does) is asked
+// once; after that the client waits and routes on its own.
+func TestRouteWaitOldScheduler(t *testing.T) {
+	t.Parallel()
+	var routes, routeWaits atomic.Int64
+	h := oldScheduler(t, func(req wire.Message) wire.Message {
+		switch m := req.(type) {
+		case *wire.RouteWait:
+			routeWaits.Add(1)
+			return &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("%v: unknown message type %#x", wire.ErrMalformed, uint8(m.Type()))}
+		case *wire.Route:
+			routes.Add(1)
+			return &wire.Answer{Answer: scheduler.Answer{Wait: []scheduler.Wait{{Chunks: m.Chunks, RetryAfter: time.Second}}}}
+		}
+		return nil
+	})
+	c := clientOf(t, h, time.Second)
 	for i := range 3 {
 		start := time.Now()
 		r, err := c.RouteWait(t.Context(), blob1, []uint32{7}, 0, 200*time.Millisecond)
@@ -121,33 +142,21 @@ func TestRouteWaitOldScheduler(t *testing.T) {
 // once; the client then asks it without, and every route is answered.
 func TestRouteSizeOldScheduler(t *testing.T) {
 	t.Parallel()
-	h := newPeer(t)
 	var sized, unsized atomic.Int64
-	h.SetStreamHandler(wire.ProtocolID, func(st network.Stream) {
-		defer st.Close()
-		req, err := wire.ReadFrame(st)
-		if err != nil {
-			_ = st.Reset()
-			return
+	h := oldScheduler(t, func(req wire.Message) wire.Message {
+		m, ok := req.(*wire.Route)
+		switch {
+		case !ok:
+			return nil
+		case m.Bytes != 0:
+			sized.Add(1)
+			return &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("%v: %s: 8 bytes after the body", wire.ErrMalformed, m.Type())}
+		default:
+			unsized.Add(1)
+			return &wire.Answer{Answer: scheduler.Answer{Origin: m.Chunks}}
 		}
-		var resp wire.Message = &wire.OK{}
-		if m, ok := req.(*wire.Route); ok {
-			if m.Bytes != 0 {
-				sized.Add(1)
-				resp = &wire.Error{Code: wire.CodeBadRequest, Message: fmt.Sprintf("%v: %s: 8 bytes after the body", wire.ErrMalformed, m.Type())}
-			} else {
-				unsized.Add(1)
-				resp = &wire.Answer{Answer: scheduler.Answer{Origin: m.Chunks}}
-			}
-		}
-		_ = wire.WriteFrame(st, resp)
 	})
-	cfg := Default()
-	cfg.Schedulers = []string{fmt.Sprintf("%s/p2p/%s", h.Addrs()[0], h.ID())}
-	cfg.HeartbeatInterval = 100 * time.Millisecond
-	cfg.RouteTimeout = 2 * time.Second
-	cfg.RequestTimeout = time.Second
-	c := startClient(t, newPeer(t), cfg)
+	c := clientOf(t, h, 2*time.Second)
 	for i := range 3 {
 		r, err := c.Route(t.Context(), blob1, []uint32{uint32(i)}, 1<<20)
 		if err != nil {

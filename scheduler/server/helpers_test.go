@@ -8,6 +8,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	lpeer "github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
 
 	dhost "damselfly/peer/host"
 	"damselfly/scheduler/wire"
@@ -114,12 +115,18 @@ func wantCode(t *testing.T, resp wire.Message, code wire.Code) {
 // openStream opens a scheduler stream from h and sends nothing.
 func openStream(t *testing.T, h *dhost.Host, s *Server) network.Stream {
 	t.Helper()
+	return openStreamOf(t, h, s, wire.ProtocolID)
+}
+
+// openStreamOf opens a stream of protocol id from h to the scheduler.
+func openStreamOf(t *testing.T, h *dhost.Host, s *Server, id protocol.ID) network.Stream {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := h.Connect(ctx, s.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	st, err := h.NewStream(ctx, s.AddrInfo().ID, wire.ProtocolID)
+	st, err := h.NewStream(ctx, s.AddrInfo().ID, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -475,15 +474,7 @@ func TestRouteSizeBoundsTurns(t *testing.T) {
 // openSession opens a session stream from h.
 func openSession(t *testing.T, h *dhost.Host, s *Server) network.Stream {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if err := h.Connect(ctx, s.AddrInfo()); err != nil {
-		t.Fatal(err)
-	}
-	st, err := h.NewStream(ctx, s.AddrInfo().ID, wire.SessionProtocolID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openStreamOf(t, h, s, wire.SessionProtocolID)
 	t.Cleanup(func() { st.Reset() })
 	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
 	return st
