@@ -19,7 +19,7 @@ type metrics struct {
 	expired      prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry, state *scheduler.State, held func() int) *metrics {
+func newMetrics(reg *prometheus.Registry, state *scheduler.State, held, sessions func() int) *metrics {
 	m := &metrics{
 		reg: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -64,6 +64,8 @@ func newMetrics(reg *prometheus.Registry, state *scheduler.State, held func() in
 		gauge("leases", "Assignments not yet reported on or timed out.", func(s scheduler.Stats) int { return s.Leases }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "damselfly_scheduler_held_routes", Help: "Route-waits held now."},
 			func() float64 { return float64(held()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "damselfly_scheduler_sessions", Help: "Session streams open now that may carry more than one request (idle or not)."},
+			func() float64 { return float64(sessions()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "damselfly_scheduler_origin_turns_ran_out_total",
 			Help: "Origin turns that reached origin_timeout undelivered while their peer stayed a member; the chunk's waiters waited that long.",

@@ -71,7 +71,7 @@ func New(cfg Config, h host.Host, reg *prometheus.Registry, log *slog.Logger) (*
 		reg = prometheus.NewRegistry()
 	}
 	s := &Server{cfg: cfg, log: log, state: state, host: h, perPeer: make(map[peer.ID]int), sessions: make(map[peer.ID]int), limiters: make(map[peer.ID]*rate.Limiter), watches: newWatches(), quit: make(chan struct{})}
-	s.metrics = newMetrics(reg, state, s.HeldRoutes)
+	s.metrics = newMetrics(reg, state, s.HeldRoutes, s.Sessions)
 	s.admin, err = net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
 		s.host.Close()
@@ -91,6 +91,14 @@ func New(cfg Config, h host.Host, reg *prometheus.Registry, log *slog.Logger) (*
 
 // HeldRoutes returns how many RouteWait requests the server holds now.
 func (s *Server) HeldRoutes() int { return s.watches.len() }
+
+// Sessions returns how many session streams that may carry more than one
+// request are open now (handleSession).
+func (s *Server) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nsessions
+}
 
 // State returns the scheduler core the server drives.
 func (s *Server) State() *scheduler.State { return s.state }

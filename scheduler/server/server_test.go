@@ -541,6 +541,11 @@ func TestSession(t *testing.T) {
 	} else {
 		wantOK(t, resp)
 	}
+	if n := s.Sessions(); n != 2 {
+		t.Errorf("Sessions() = %d with two kept sessions open, want 2", n)
+	}
+	_ = st2.Close()
+	rafstest.Eventually(t, 10*time.Second, "the closed session to be counted out", func() bool { return s.Sessions() == 1 })
 
 	// A malformed frame is answered, and ends the session.
 	if _, err := st.Write([]byte{0, 0, 0, 1, 0x42}); err != nil {
