@@ -132,10 +132,15 @@ func (s *Server) closeSession(p peer.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nsessions--
-	if s.sessions[p] <= 1 {
-		delete(s.sessions, p)
+	decrement(s.sessions, p)
+}
+
+// decrement takes one from p's count in m, forgetting p at zero.
+func decrement(m map[peer.ID]int, p peer.ID) {
+	if m[p] <= 1 {
+		delete(m, p)
 	} else {
-		s.sessions[p]--
+		m[p]--
 	}
 }
 
@@ -266,11 +271,7 @@ func (s *Server) release(p peer.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.active--
-	if s.perPeer[p] <= 1 {
-		delete(s.perPeer, p)
-	} else {
-		s.perPeer[p]--
-	}
+	decrement(s.perPeer, p)
 }
 
 // serve applies req for the peer from, connected from the machine src
