@@ -203,16 +203,25 @@ func sessionServer(t *testing.T, once bool) (*dhost.Host, *atomic.Int64, *atomic
 	return h, &streams, &requests
 }
 
+// sessionClient starts a client of a sessionServer (closeAfterOne as
+// there) that has registered, with no heartbeat before the test's own
+// requests, and returns it with the server's stream and request counts.
+func sessionClient(t *testing.T, closeAfterOne bool) (*Client, *atomic.Int64, *atomic.Int64) {
+	t.Helper()
+	h, streams, requests := sessionServer(t, closeAfterOne)
+	cfg := Default()
+	cfg.Schedulers = []string{fmt.Sprintf("%s/p2p/%s", h.Addrs()[0], h.ID())}
+	cfg.HeartbeatInterval = time.Hour // only the register before the test's requests
+	c := startClient(t, newPeer(t), cfg)
+	rafstest.Eventually(t, 10*time.Second, "the register", func() bool { return requests.Load() >= 1 })
+	return c, streams, requests
+}
+
 // TestSessionReused: sequential requests to a scheduler that speaks
 // sessions go on one stream.
 func TestSessionReused(t *testing.T) {
 	t.Parallel()
-	h, streams, requests := sessionServer(t, false)
-	cfg := Default()
-	cfg.Schedulers = []string{fmt.Sprintf("%s/p2p/%s", h.Addrs()[0], h.ID())}
-	cfg.HeartbeatInterval = time.Hour // only the register before the routes
-	c := startClient(t, newPeer(t), cfg)
-	rafstest.Eventually(t, 10*time.Second, "the register", func() bool { return requests.Load() >= 1 })
+	c, streams, requests := sessionClient(t, false)
 	for i := range 20 {
 		r, err := c.Route(t.Context(), blob1, []uint32{uint32(i)}, 0)
 		if err != nil || len(r.Origin) != 1 {
@@ -233,12 +242,7 @@ func TestSessionReused(t *testing.T) {
 // for a while.
 func TestSessionClosedAfterOne(t *testing.T) {
 	t.Parallel()
-	h, streams, requests := sessionServer(t, true)
-	cfg := Default()
-	cfg.Schedulers = []string{fmt.Sprintf("%s/p2p/%s", h.Addrs()[0], h.ID())}
-	cfg.HeartbeatInterval = time.Hour
-	c := startClient(t, newPeer(t), cfg)
-	rafstest.Eventually(t, 10*time.Second, "the register", func() bool { return requests.Load() >= 1 })
+	c, streams, requests := sessionClient(t, true)
 	for i := range 10 {
 		r, err := c.Route(t.Context(), blob1, []uint32{uint32(i)}, 0)
 		if err != nil || len(r.Origin) != 1 {
