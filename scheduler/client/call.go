@@ -214,10 +214,7 @@ func (s *sessions) lost() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lostAt = time.Now()
-	for _, k := range s.idle {
-		_ = k.st.Close()
-	}
-	s.idle = nil
+	s.dropIdleLocked()
 }
 
 // close closes every idle session and keeps none from now on.
@@ -225,6 +222,11 @@ func (s *sessions) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.dropIdleLocked()
+}
+
+// dropIdleLocked closes every idle session. The caller holds mu.
+func (s *sessions) dropIdleLocked() {
 	for _, k := range s.idle {
 		_ = k.st.Close()
 	}
